@@ -1,0 +1,69 @@
+"""Timing: medians from triton.testing.do_bench on a GPU; wall-clock medians under the interpreter
+(real numbers, but not GPU timings). Roofline metrics from a kernel's cost."""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+from autotune import gpu
+from autotune.spec import Cost
+
+
+def time_ms(fn: Callable[[], object], *, warmup_ms: float = 25, rep_ms: float = 100) -> float:
+    """Median milliseconds per call of fn."""
+    if gpu.device().type == "cuda":
+        import triton.testing
+
+        return float(triton.testing.do_bench(fn, warmup=warmup_ms, rep=rep_ms, return_mode="median"))
+    fn()  # compile / first-call work stays out of the numbers
+    times = []
+    deadline = time.perf_counter() + rep_ms / 1000
+    while len(times) < 3 or (time.perf_counter() < deadline and len(times) < 50):
+        start = time.perf_counter()
+        fn()
+        times.append((time.perf_counter() - start) * 1000)
+    return statistics.median(times)
+
+
+@dataclass(frozen=True)
+class Rate:
+    """Achieved rates of one timing, and the share of the GPU's peak on the kernel's bound."""
+
+    ms: float
+    gbs: float
+    tflops: float
+    pct_peak: float | None
+
+    def headline(self, bound: str) -> str:
+        pct = f" ({self.pct_peak:.0f}% of peak)" if self.pct_peak is not None else ""
+        if bound == "compute":
+            return f"{self.tflops:.1f} TFLOP/s{pct}"
+        return f"{self.gbs:.0f} GB/s{pct}"
+
+
+def rate(cost: Cost, ms: float, *, bound: str, dtype_name: str, info: gpu.GPUInfo | None = None) -> Rate:
+    """GB/s, TFLOP/s and % of the GPU's peak for a timed call."""
+    info = info or gpu.current_gpu()
+    gbs = cost.bytes / ms / 1e6 if ms > 0 else 0.0
+    tflops = cost.flops / ms / 1e9 if ms > 0 else 0.0
+    if bound == "compute":
+        peak = info.peak_tflops.get(dtype_name)
+        pct = 100 * tflops / peak if peak else None
+    else:
+        pct = 100 * gbs / info.peak_bandwidth_gbs if info.peak_bandwidth_gbs else None
+    return Rate(ms, gbs, tflops, pct)
+
+
+def copy_bandwidth_gbs(nbytes: int = 1 << 30) -> float | None:
+    """Measured device-to-device copy bandwidth (bytes read + written), GB/s; None without a GPU."""
+    if gpu.device().type != "cuda":
+        return None
+    src = torch.empty(nbytes // 2, dtype=torch.uint8, device=gpu.device()).random_()
+    dst = torch.empty_like(src)
+    ms = time_ms(lambda: dst.copy_(src))
+    return 2 * src.numel() / ms / 1e6

@@ -1,0 +1,251 @@
+"""The `autotune` command: parse options, call the library, print the result."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import sys
+from collections.abc import Sequence
+
+import click
+from tabulate import tabulate
+
+import autotune
+from autotune import gpu, registry
+from autotune.spec import DTYPE_NAMES, dtype_from_name
+
+FORMATS = click.Choice(["table", "json", "csv"])
+
+
+def _spec(name: str) -> autotune.KernelSpec:
+    try:
+        return registry.get(name)
+    except registry.UnknownKernel as exc:
+        raise click.UsageError(str(exc)) from None
+
+
+def _dtypes(names: Sequence[str], spec: autotune.KernelSpec):
+    if not names:
+        return list(spec.dtypes)
+    try:
+        return [dtype_from_name(n) for n in names]
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--dtype") from None
+
+
+def _store(url: str | None, *, readonly: bool = False):
+    from autotune.db import ConfigStore, SchemaVersionError, StoreError, as_url
+
+    try:
+        return ConfigStore(as_url(url) if url else None, readonly=readonly)
+    except (SchemaVersionError, StoreError, FileNotFoundError) as exc:
+        raise click.ClickException(str(exc)) from None
+
+
+def _emit(rows: list[dict], fmt: str) -> None:
+    if fmt == "json":
+        click.echo(json.dumps(rows, indent=2, default=str))
+    elif fmt == "csv":
+        buf = io.StringIO()
+        if rows:
+            writer = csv.DictWriter(buf, fieldnames=list(rows[0]))
+            writer.writeheader()
+            writer.writerows(rows)
+        click.echo(buf.getvalue(), nl=False)
+    else:
+        click.echo(tabulate(rows, headers="keys", floatfmt=".4g") if rows else "no rows")
+
+
+@click.group()
+@click.version_option(autotune.__version__)
+def main() -> None:
+    """Search, verify and ship tuned Triton kernel configs."""
+
+
+@main.command("list")
+def list_kernels() -> None:
+    """The kernels autotune knows (shipped and registered)."""
+    rows = [{"kernel": n, "description": registry.get(n).description, "space size": registry.get(n).space.size()} for n in registry.names()]
+    _emit(rows, "table")
+
+
+@main.command("gpu")
+def gpu_info() -> None:
+    """The device kernels run on here, and its peaks."""
+    info = gpu.current_gpu()
+    rows = [
+        {"field": "name", "value": info.name},
+        {"field": "device", "value": info.device_name},
+        {"field": "compute capability", "value": info.compute_capability},
+        {"field": "SMs", "value": info.sm_count},
+        {"field": "memory GiB", "value": round(info.memory_bytes / 2**30, 1) if info.memory_bytes else None},
+        {"field": "peak GB/s (datasheet)", "value": info.peak_bandwidth_gbs},
+        {"field": "peak TFLOP/s (datasheet)", "value": info.peak_tflops or None},
+    ]
+    _emit(rows, "table")
+
+
+@main.command()
+@click.argument("kernel")
+@click.option("--config", "config_json", help="Config as JSON (default: the space's default config).")
+@click.option("--dtype", "dtypes", multiple=True, help="fp32, fp16 or bf16 (repeatable; default: all the kernel supports).")
+@click.option("--examples", default=100, show_default=True, help="Hypothesis problems per dtype.")
+@click.option("--seed", default=0, show_default=True)
+def verify(kernel: str, config_json: str | None, dtypes: tuple[str, ...], examples: int, seed: int) -> None:
+    """Check a config against float64 on Hypothesis-drawn problems; exit 1 on any failure."""
+    from autotune.verify import verify as run_verify
+
+    spec = _spec(kernel)
+    try:
+        config = spec.space.validate(json.loads(config_json) if config_json else spec.space.default)
+    except (json.JSONDecodeError, ValueError) as exc:
+        raise click.BadParameter(str(exc), param_hint="--config") from None
+    rows, failed = [], False
+    for dtype in _dtypes(dtypes, spec):
+        result = run_verify(spec, config, dtype, examples=examples, seed=seed)
+        failed |= not result.passed
+        rows.append(
+            {
+                "kernel": spec.name,
+                "dtype": DTYPE_NAMES[dtype],
+                "config": json.dumps(config),
+                "examples": result.examples,
+                "skipped": result.skipped,
+                "result": "pass" if result.passed else "FAIL",
+                "minimal failing problem": result.failure.describe() if result.failure else "",
+            }
+        )
+    _emit(rows, "table")
+    if failed:
+        sys.exit(1)
+
+
+@main.command()
+@click.argument("kernel")
+@click.option("--gpu", "gpu_name", default="auto", show_default=True, help="GPU to tune for; must be this machine's.")
+@click.option("--dtype", "dtypes", multiple=True, help="Repeatable; default: all the kernel supports.")
+@click.option("--shape", "shapes", multiple=True, help="Problem shape like 4096x8192 (repeatable; default: presets).")
+@click.option("--trials", default=50, show_default=True, help="Trials per study.")
+@click.option("--timeout", type=float, help="Seconds per study.")
+@click.option("--sampler", type=click.Choice(["tpe", "gp", "random", "grid"]), default="tpe", show_default=True)
+@click.option("--db", "db_url", help="Config database: path or SQLAlchemy URL (default: $AUTOTUNE_DB or ~/.cache).")
+@click.option("--storage", help="Optuna storage URL for the studies (default: in memory).")
+@click.option("--examples", default=20, show_default=True, help="Hypothesis problems per trial.")
+@click.option("--seed", default=0, show_default=True)
+@click.option("--format", "fmt", type=FORMATS, default="table", show_default=True)
+def search(kernel, gpu_name, dtypes, shapes, trials, timeout, sampler, db_url, storage, examples, seed, fmt) -> None:
+    """Tune KERNEL on this GPU: one Optuna study per dtype and shape bucket; store the best."""
+    from tqdm import tqdm
+
+    from autotune.search import check_gpu, search as run_search
+
+    spec = _spec(kernel)
+    try:
+        check_gpu(gpu_name)
+        problems = [spec.parse_shape(s) for s in shapes] or list(spec.presets_here())
+    except gpu.GPUMismatchError as exc:
+        raise click.ClickException(str(exc)) from None
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--shape") from None
+    gpu.warn_if_interpreter_timings()
+    rows = []
+    with _store(db_url) as store:
+        for dtype in _dtypes(dtypes, spec):
+            for problem in problems:
+                label = f"{spec.name} {DTYPE_NAMES[dtype]} {spec.bucket(problem)}"
+                with tqdm(total=trials, desc=label, file=sys.stderr, leave=False) as bar:
+
+                    def tick(outcome, best_ms):
+                        bar.update(1)
+                        bar.set_postfix_str(f"best {best_ms:.4g} ms" if best_ms else outcome.outcome)
+
+                    result = run_search(
+                        spec, problem, dtype, gpu_name=gpu_name, trials=trials, timeout=timeout, sampler=sampler,
+                        store=store, storage=storage, seed=seed, examples=examples, on_trial=tick,
+                    )
+                rows.append(_search_row(spec, result))
+    _emit(rows, fmt)
+    if any(r["best config"] is None for r in rows):
+        raise click.ClickException("no verified config found for some studies (see the table)")
+
+
+def _search_row(spec: autotune.KernelSpec, r) -> dict:
+    counts = r.counts()
+    return {
+        "kernel": r.kernel,
+        "dtype": r.dtype,
+        "shape": "x".join(map(str, r.problem.get("shape", []))),
+        "bucket": r.bucket,
+        "best config": json.dumps(r.best_config) if r.best_config else None,
+        "ms": r.best_ms,
+        "rate": "n/a (interpreter)" if r.gpu == gpu.CPU_INTERPRETER else (r.rate.headline(spec.bound) if r.rate else ""),
+        "vs default": r.speedup_vs_default,
+        "vs torch": r.speedup_vs_baseline,
+        "trials": " ".join(f"{k}:{v}" for k, v in sorted(counts.items())),
+        "stored": r.stored,
+    }
+
+
+@main.command()
+@click.argument("kernel")
+@click.option("--gpu", "gpu_name", help="GPU whose rows to show (any GPU; none needed here).")
+@click.option("--dtype", help="fp32, fp16 or bf16.")
+@click.option("--db", "db_url", help="Config database (default: $AUTOTUNE_DB or ~/.cache).")
+@click.option("--format", "fmt", type=FORMATS, default="table", show_default=True)
+def query(kernel: str, gpu_name: str | None, dtype: str | None, db_url: str | None, fmt: str) -> None:
+    """Show stored best configs of KERNEL with their evidence."""
+    from autotune.query import stored_rows
+
+    spec = _spec(kernel)
+    if dtype:
+        try:
+            dtype = DTYPE_NAMES[dtype_from_name(dtype)]
+        except ValueError as exc:
+            raise click.BadParameter(str(exc), param_hint="--dtype") from None
+    gpu_name = gpu.normalize_gpu_name(gpu_name) if gpu_name else None
+    rows = stored_rows(spec, db_url=db_url, gpu=gpu_name, dtype=dtype)
+    if fmt == "table":
+        keep = ("gpu", "dtype", "bucket", "config", "time_ms", "vs_default", "vs_torch", "examples", "current", "source")
+        rows = [{k: r[k] for k in keep} for r in rows]
+    _emit(rows, fmt)
+
+
+@main.group()
+def db() -> None:
+    """Move config databases around."""
+
+
+@db.command("export")
+@click.option("--gpu", "gpu_name", required=True, help="GPU whose rows to export.")
+@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False), help="New SQLite file to write.")
+@click.option("--kernel", help="Only this kernel's rows.")
+@click.option("--db", "db_url", help="Source database (default: $AUTOTUNE_DB or ~/.cache).")
+def db_export(gpu_name: str, output: str, kernel: str | None, db_url: str | None) -> None:
+    """Write one GPU's best configs into a new database file."""
+    with _store(db_url) as store:
+        try:
+            n = store.export(output, gpu=gpu.normalize_gpu_name(gpu_name), kernel=kernel)
+        except FileExistsError:
+            raise click.ClickException(f"{output} exists; choose a new file") from None
+    click.echo(f"exported {n} row(s) for {gpu.normalize_gpu_name(gpu_name)} to {output}")
+
+
+@db.command("merge")
+@click.argument("files", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False))
+@click.option("--db", "db_url", help="Target database (default: $AUTOTUNE_DB or ~/.cache).")
+def db_merge(files: tuple[str, ...], db_url: str | None) -> None:
+    """Merge best configs from FILES into the database, keeping the faster row of each key."""
+    from autotune.db import SchemaVersionError, as_url
+
+    with _store(db_url) as store:
+        for f in files:
+            try:
+                read, taken = store.merge(as_url(f))
+            except SchemaVersionError as exc:
+                raise click.ClickException(f"{f}: {exc}") from None
+            click.echo(f"{f}: {read} row(s) read, {taken} taken")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,24 @@
+"""Tuned-config storage: a read-only database shipped in the package, overlaid by a user database."""
+
+from pathlib import Path
+
+from autotune.db.models import SCHEMA_VERSION
+from autotune.db.store import BestRow, ConfigStore, SchemaVersionError, StoreError, TrialRow, as_url, default_url
+
+
+def shipped_path() -> Path:
+    """Where the database shipped with the package lives (the file may not exist)."""
+    return Path(__file__).with_name("shipped.sqlite")
+
+
+__all__ = [
+    "SCHEMA_VERSION",
+    "BestRow",
+    "ConfigStore",
+    "SchemaVersionError",
+    "StoreError",
+    "TrialRow",
+    "as_url",
+    "default_url",
+    "shipped_path",
+]

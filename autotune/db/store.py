@@ -1,0 +1,411 @@
+"""The config store: best verified configs and search trials in SQLite (or any SQLAlchemy URL)."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import urllib.parse
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, fields
+from datetime import datetime, timezone
+from pathlib import Path
+from types import TracebackType
+from typing import Any, TypeVar
+
+from sqlalchemy import Connection, Engine, URL, create_engine, event, inspect, make_url, select
+from sqlalchemy.exc import DBAPIError, IntegrityError
+from sqlalchemy.orm import Session
+
+from autotune.db.models import SCHEMA_VERSION, Base, BestConfig, SchemaInfo, TrialRecord
+
+OUTCOMES = ("ok", "invalid", "compile_error", "incorrect", "error", "timeout")
+"""What can happen to a trial."""
+
+_BUSY_TIMEOUT_MS = 30_000
+_WRITE_RETRIES = 5
+_IMMEDIATE = "autotune_begin_immediate"  # execution option read by the SQLite begin hook
+
+T = TypeVar("T")
+
+
+class StoreError(RuntimeError):
+    """A database cannot be opened or written as asked."""
+
+
+class SchemaVersionError(StoreError):
+    """A database was written with another schema version than this autotune expects."""
+
+    def __init__(self, where: str, found: int, expected: int = SCHEMA_VERSION) -> None:
+        super().__init__(f"{where} has schema version {found}, this autotune expects version {expected}")
+        self.found = found
+        self.expected = expected
+
+
+def _now() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+def _json(text: str, what: str) -> Any:
+    try:
+        return json.loads(text)
+    except (TypeError, json.JSONDecodeError) as exc:
+        raise ValueError(f"{what} is not valid JSON: {exc}") from None
+
+
+def _json_object(text: str, what: str) -> dict[str, Any]:
+    value = _json(text, what)
+    if not isinstance(value, dict):
+        raise ValueError(f"{what} must be a JSON object, got {type(value).__name__}")
+    return value
+
+
+@dataclass(frozen=True, kw_only=True)
+class BestRow:
+    """The fastest verified config for one (kernel, source_hash, gpu, dtype, bucket), with its evidence."""
+
+    kernel: str
+    source_hash: str
+    gpu: str
+    device_name: str
+    dtype: str
+    bucket: str
+    config_json: str
+    problem_json: str
+    time_ms: float
+    default_time_ms: float | None = None
+    baseline_time_ms: float | None = None
+    examples_verified: int
+    triton_version: str
+    torch_version: str
+    created_at: datetime = field(default_factory=_now)
+    id: int | None = None
+
+    @property
+    def config(self) -> dict[str, Any]:
+        """The config as a dict; ValueError if the stored JSON is not an object."""
+        return _json_object(self.config_json, "config_json")
+
+    @property
+    def problem(self) -> dict[str, Any]:
+        """The timed problem as a dict; ValueError if the stored JSON is not an object."""
+        return _json_object(self.problem_json, "problem_json")
+
+    @property
+    def speedup_vs_default(self) -> float | None:
+        """How many times faster than the space's default config, if that was timed."""
+        return None if self.default_time_ms is None else self.default_time_ms / self.time_ms
+
+    @property
+    def speedup_vs_baseline(self) -> float | None:
+        """How many times faster than the PyTorch baseline, if that was timed."""
+        return None if self.baseline_time_ms is None else self.baseline_time_ms / self.time_ms
+
+
+@dataclass(frozen=True, kw_only=True)
+class TrialRow:
+    """One trial of a search study: the config tried, its outcome and, when it ran, its time."""
+
+    study: str
+    kernel: str
+    source_hash: str
+    gpu: str
+    dtype: str
+    bucket: str
+    number: int
+    config_json: str
+    outcome: str
+    reason: str | None = None
+    time_ms: float | None = None
+    failing_example_json: str | None = None
+    created_at: datetime = field(default_factory=_now)
+    id: int | None = None
+
+    @property
+    def config(self) -> dict[str, Any]:
+        """The config as a dict; ValueError if the stored JSON is not an object."""
+        return _json_object(self.config_json, "config_json")
+
+
+def _check_time(value: float | None, what: str) -> None:
+    if value is not None and not (math.isfinite(value) and value > 0):
+        raise ValueError(f"{what} must be a positive finite number of milliseconds, got {value!r}")
+
+
+def _check_aware(value: datetime) -> None:
+    if value.tzinfo is None:
+        raise ValueError(f"created_at must be timezone-aware, got {value!r}")
+
+
+def _check_best(row: BestRow) -> None:
+    _json_object(row.config_json, "config_json")
+    _json_object(row.problem_json, "problem_json")
+    _check_time(row.time_ms, "time_ms")
+    _check_time(row.default_time_ms, "default_time_ms")
+    _check_time(row.baseline_time_ms, "baseline_time_ms")
+    if row.examples_verified < 0:
+        raise ValueError(f"examples_verified must be >= 0, got {row.examples_verified}")
+    _check_aware(row.created_at)
+
+
+def _check_trial(row: TrialRow) -> None:
+    if row.outcome not in OUTCOMES:
+        raise ValueError(f"outcome must be one of {OUTCOMES}, got {row.outcome!r}")
+    _json_object(row.config_json, "config_json")
+    if row.failing_example_json is not None:
+        _json(row.failing_example_json, "failing_example_json")
+    _check_time(row.time_ms, "time_ms")
+    _check_aware(row.created_at)
+
+
+def _values(row: BestRow | TrialRow) -> dict[str, Any]:
+    # Model attributes carry the dataclass field names, so rows map across by name.
+    return {f.name: getattr(row, f.name) for f in fields(row) if f.name != "id"}
+
+
+def _best_row(m: BestConfig) -> BestRow:
+    return BestRow(**{f.name: getattr(m, f.name) for f in fields(BestRow)})
+
+
+def _trial_row(m: TrialRecord) -> TrialRow:
+    return TrialRow(**{f.name: getattr(m, f.name) for f in fields(TrialRow)})
+
+
+def _upsert(s: Session, row: BestRow) -> bool:
+    key = {k: getattr(row, k) for k in ("kernel", "source_hash", "gpu", "dtype", "bucket")}
+    # FOR UPDATE locks an existing row on server databases; SQLite holds the write lock already.
+    old = s.scalars(select(BestConfig).filter_by(**key).with_for_update()).one_or_none()
+    if old is None:
+        s.add(BestConfig(**_values(row)))
+        return True
+    if row.time_ms >= old.time_ms:
+        return False
+    for name, value in _values(row).items():
+        setattr(old, name, value)
+    return True
+
+
+def default_url() -> str:
+    """The user database: $AUTOTUNE_DB (a path or a SQLAlchemy URL), else ~/.cache/autotune/autotune.sqlite."""
+    env = os.environ.get("AUTOTUNE_DB")
+    if env:
+        return as_url(env)
+    path = Path.home() / ".cache" / "autotune" / "autotune.sqlite"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return as_url(str(path))
+
+
+def as_url(path_or_url: str) -> str:
+    """A SQLAlchemy URL as is; a file path as the sqlite:/// URL of its absolute path."""
+    if "://" in path_or_url:
+        return path_or_url
+    path = os.path.abspath(os.path.expanduser(path_or_url))
+    # Rendering through URL escapes '%', '?' and '#' in the path so that make_url() gives it back.
+    return URL.create("sqlite", database=path).render_as_string(hide_password=False)
+
+
+def _sqlite_file(url: URL) -> str | None:
+    """The absolute path of a plain SQLite file URL, None for anything else (memory, uri=true, servers)."""
+    if url.get_backend_name() != "sqlite" or url.database in (None, "", ":memory:") or "uri" in url.query:
+        return None
+    return os.path.abspath(url.database)
+
+
+def _readonly_sqlite_url(url: URL, path: str) -> URL:
+    query = {"mode": "ro", "uri": "true"}
+    # A WAL database needs its -shm file; where it cannot be created, SQLite only reads the file
+    # as immutable. No writer can be changing it there, since a writer would need that file too.
+    if not os.access(os.path.dirname(path), os.W_OK):
+        query["immutable"] = "1"
+    return url.set(database="file:" + urllib.parse.quote(path), query=query)
+
+
+def _sqlite_engine(url: URL, *, readonly: bool, wal: bool) -> Engine:
+    engine = create_engine(url)
+
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_conn: Any, _record: Any) -> None:
+        # sqlite3 would otherwise issue BEGIN on its own terms; _on_begin takes that over.
+        dbapi_conn.isolation_level = None
+        cursor = dbapi_conn.cursor()
+        cursor.execute(f"PRAGMA busy_timeout = {_BUSY_TIMEOUT_MS}")
+        if wal and not readonly:
+            cursor.execute("PRAGMA journal_mode = WAL")
+        cursor.close()
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(conn: Connection) -> None:
+        # IMMEDIATE takes the write lock before the upsert reads, so concurrent writers queue on
+        # the busy timeout instead of deciding on a stale read; readers stay deferred.
+        immediate = conn.get_execution_options().get(_IMMEDIATE, False)
+        conn.exec_driver_sql("BEGIN IMMEDIATE" if immediate and not readonly else "BEGIN")
+
+    return engine
+
+
+def _open_engine(url: str | URL, *, readonly: bool, wal: bool = True) -> Engine:
+    parsed = make_url(url)
+    path = _sqlite_file(parsed)
+    if path is None:
+        return create_engine(parsed)
+    if readonly:
+        if not os.path.isfile(path):
+            raise FileNotFoundError(f"no autotune database at {path}")
+        parsed = _readonly_sqlite_url(parsed, path)
+    else:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+    return _sqlite_engine(parsed, readonly=readonly, wal=wal)
+
+
+def _stored_version(s: Session, where: str) -> int | None:
+    if not inspect(s.connection()).has_table(SchemaInfo.__tablename__):
+        return None
+    versions = set(s.scalars(select(SchemaInfo.version)))
+    if len(versions) > 1:
+        raise StoreError(f"{where} has several schema versions {sorted(versions)}")
+    found = versions.pop() if versions else None
+    if found is not None and found != SCHEMA_VERSION:
+        raise SchemaVersionError(where, found)
+    return found
+
+
+def _prepare(engine: Engine, where: str, *, readonly: bool) -> None:
+    """Check the schema version; on a writable database also create what is missing."""
+    if readonly:
+        with Session(engine) as s:
+            if _stored_version(s, where) is None:
+                raise StoreError(f"{where} is not an autotune database (no schema version)")
+        return
+    with Session(engine.execution_options(**{_IMMEDIATE: True})) as s, s.begin():
+        found = _stored_version(s, where)
+        Base.metadata.create_all(s.connection())
+        if found is None:
+            s.add(SchemaInfo(version=SCHEMA_VERSION))
+
+
+class ConfigStore:
+    """Best verified configs and search trials in one database.
+
+    Args:
+        url: a SQLAlchemy URL or a file path; None for `default_url()`.
+        readonly: never create or write; a SQLite file is opened in SQLite's read-only mode and must
+            exist (FileNotFoundError) and hold autotune tables (StoreError).
+    """
+
+    def __init__(self, url: str | None = None, *, readonly: bool = False) -> None:
+        self.url = as_url(url) if url is not None else default_url()
+        self.readonly = readonly
+        where = make_url(self.url).render_as_string(hide_password=True)
+        self._engine = _open_engine(self.url, readonly=readonly)
+        self._writer = self._engine.execution_options(**{_IMMEDIATE: True})
+        try:
+            _prepare(self._engine, where, readonly=readonly)
+        except DBAPIError as exc:
+            self._engine.dispose()
+            raise StoreError(f"cannot open {where}: {exc.orig}") from exc
+        except BaseException:
+            self._engine.dispose()
+            raise
+
+    def __enter__(self) -> ConfigStore:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        mode = ", readonly=True" if self.readonly else ""
+        return f"ConfigStore({make_url(self.url).render_as_string(hide_password=True)!r}{mode})"
+
+    def close(self) -> None:
+        """Close every pooled connection."""
+        self._engine.dispose()
+
+    def _write(self, work: Callable[[Session], T]) -> T:
+        if self.readonly:
+            raise StoreError(f"{self!r} is read-only")
+        for attempt in range(_WRITE_RETRIES):
+            try:
+                with Session(self._writer) as s, s.begin():
+                    return work(s)
+            except IntegrityError:
+                # A concurrent writer inserted the same key after our read (server databases
+                # cannot lock a row that does not exist yet); the retry sees its row.
+                if attempt == _WRITE_RETRIES - 1:
+                    raise
+        raise AssertionError("unreachable")
+
+    def record_best(self, row: BestRow) -> bool:
+        """Store row unless a row with the same key is as fast or faster; True if it was stored."""
+        _check_best(row)
+        return self._write(lambda s: _upsert(s, row))
+
+    def best_rows(
+        self,
+        kernel: str | None = None,
+        gpu: str | None = None,
+        dtype: str | None = None,
+        source_hash: str | None = None,
+    ) -> list[BestRow]:
+        """Best rows matching every given filter, ordered by kernel, gpu, dtype, bucket."""
+        wanted = {"kernel": kernel, "gpu": gpu, "dtype": dtype, "source_hash": source_hash}
+        query = (
+            select(BestConfig)
+            .filter_by(**{k: v for k, v in wanted.items() if v is not None})
+            .order_by(BestConfig.kernel, BestConfig.gpu, BestConfig.dtype, BestConfig.bucket, BestConfig.source_hash)
+        )
+        with Session(self._engine) as s:
+            return [_best_row(m) for m in s.scalars(query)]
+
+    def record_trials(self, rows: Sequence[TrialRow]) -> None:
+        """Append trials, all or none."""
+        for row in rows:
+            _check_trial(row)
+        self._write(lambda s: s.add_all(TrialRecord(**_values(row)) for row in rows))
+
+    def trials(
+        self,
+        kernel: str | None = None,
+        gpu: str | None = None,
+        dtype: str | None = None,
+        bucket: str | None = None,
+        study: str | None = None,
+    ) -> list[TrialRow]:
+        """Trials matching every given filter, ordered by study, number."""
+        wanted = {"kernel": kernel, "gpu": gpu, "dtype": dtype, "bucket": bucket, "study": study}
+        query = (
+            select(TrialRecord)
+            .filter_by(**{k: v for k, v in wanted.items() if v is not None})
+            .order_by(TrialRecord.study, TrialRecord.number, TrialRecord.id)
+        )
+        with Session(self._engine) as s:
+            return [_trial_row(m) for m in s.scalars(query)]
+
+    def export(self, path: str | os.PathLike[str], *, gpu: str | None = None, kernel: str | None = None) -> int:
+        """Write the selected best rows to a new SQLite file at path; returns how many."""
+        rows = self.best_rows(kernel=kernel, gpu=gpu)
+        target = os.path.abspath(path)
+        open(target, "x").close()  # claims the path atomically; FileExistsError if taken
+        # Rollback-journal mode keeps the file self-contained, readable from a read-only install.
+        engine = _open_engine(URL.create("sqlite", database=target), readonly=False, wal=False)
+        try:
+            _prepare(engine, target, readonly=False)
+            with Session(engine) as s, s.begin():
+                s.add_all(BestConfig(**_values(row)) for row in rows)
+        except BaseException:
+            engine.dispose()
+            os.unlink(target)
+            raise
+        engine.dispose()
+        return len(rows)
+
+    def merge(self, path_or_url: str | os.PathLike[str]) -> tuple[int, int]:
+        """Take each best row of another store that is faster than ours; returns (rows read, rows taken)."""
+        with ConfigStore(as_url(os.fspath(path_or_url)), readonly=True) as source:
+            rows = source.best_rows()
+        for row in rows:
+            _check_best(row)
+        taken = self._write(lambda s: sum(_upsert(s, row) for row in rows))
+        return len(rows), taken

@@ -1,0 +1,164 @@
+"""Config lookup at call time: in-process cache, then the user database, then the shipped one;
+exact bucket, else nearest bucket, else the space's default. Stored configs are validated first."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import warnings
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+import torch
+
+from autotune import gpu
+from autotune.space import Config, InvalidConfig, Problem
+from autotune.spec import DTYPE_NAMES, KernelSpec
+
+
+class StoredConfigWarning(UserWarning):
+    """A stored config was ignored: corrupt, out of the space, or tuned for another kernel source."""
+
+
+@dataclass(frozen=True)
+class Choice:
+    """Where a config came from: 'exact', 'nearest', or 'default', with the bucket it was tuned for."""
+
+    config: Config
+    source: str
+    bucket: str | None = None
+    database: str | None = None
+
+
+_launch_log: list[tuple[str, Config]] | None = None
+
+
+@contextlib.contextmanager
+def record_launches() -> Iterator[list[tuple[str, Config]]]:
+    """Collect (kernel, config) for every tuned launch in the block: shows which config really ran."""
+    global _launch_log
+    previous, _launch_log = _launch_log, []
+    try:
+        yield _launch_log
+    finally:
+        _launch_log = previous
+
+
+def note_launch(kernel: str, config: Config) -> None:
+    if _launch_log is not None:
+        _launch_log.append((kernel, dict(config)))
+
+
+def database_urls() -> list[tuple[str, bool]]:
+    """(url, readonly) of the databases the runtime reads, most preferred first; only existing files."""
+    from autotune import db
+
+    urls: list[tuple[str, bool]] = []
+    user = db.default_url()
+    if not user.startswith("sqlite:///") or os.path.exists(user.removeprefix("sqlite:///")):
+        urls.append((user, False))
+    shipped = db.shipped_path()
+    if shipped.exists():
+        urls.append((db.as_url(str(shipped)), True))
+    return urls
+
+
+class TunedConfigs:
+    """The configs one kernel launches with, per (dtype, bucket), resolved once and cached."""
+
+    def __init__(self, spec: KernelSpec) -> None:
+        self.spec = spec
+        self._cache: dict[tuple[torch.dtype, str], Config] = {}
+        self._choices: dict[tuple[torch.dtype, str], Choice] = {}
+        self._stored: dict[torch.dtype, list[tuple[str, Config, str]]] = {}
+
+    def config(self, dtype: torch.dtype, bucket: str, problem: Callable[[], Problem]) -> Config:
+        """The config for a call (hot path: one dict lookup once resolved)."""
+        cfg = self._cache.get((dtype, bucket))
+        if cfg is None:
+            cfg = self.resolve(dtype, bucket, problem()).config
+        return cfg
+
+    def resolve(self, dtype: torch.dtype, bucket: str, problem: Problem) -> Choice:
+        """Pick and cache the config for a bucket, saying where it came from."""
+        stored = self._stored.get(dtype)
+        if stored is None:
+            stored = self._stored[dtype] = self._load(dtype)
+        choice = _choose(self.spec, stored, bucket, problem)
+        self._cache[(dtype, bucket)] = choice.config
+        self._choices[(dtype, bucket)] = choice
+        return choice
+
+    def choice(self, dtype: torch.dtype, bucket: str) -> Choice | None:
+        """How the cached config for a bucket was chosen, if it has been."""
+        return self._choices.get((dtype, bucket))
+
+    def clear(self) -> None:
+        """Forget cached configs and stored rows (after the database changed)."""
+        self._cache.clear()
+        self._choices.clear()
+        self._stored.clear()
+
+    def _load(self, dtype: torch.dtype) -> list[tuple[str, Config, str]]:
+        from autotune.db import ConfigStore
+
+        gpu_name = gpu.current_gpu().name
+        rows: list[tuple[str, Config, str]] = []
+        seen: set[str] = set()
+        ignored: list[str] = []
+        for url, readonly in database_urls():
+            try:
+                with ConfigStore(url, readonly=readonly) as store:
+                    found = store.best_rows(kernel=self.spec.name, gpu=gpu_name, dtype=DTYPE_NAMES[dtype])
+            except Exception as exc:  # an unreadable database must not break a kernel call
+                ignored.append(f"database {url} unreadable ({type(exc).__name__}: {exc})")
+                continue
+            for row in found:
+                if row.source_hash != self.spec.source_hash:
+                    ignored.append(f"bucket {row.bucket}: tuned for another kernel source ({row.source_hash})")
+                    continue
+                try:
+                    config = self.spec.space.validate(row.config)
+                except (ValueError, InvalidConfig) as exc:
+                    ignored.append(f"bucket {row.bucket}: {exc}")
+                    continue
+                if row.bucket not in seen:  # the user database overlays the shipped one
+                    seen.add(row.bucket)
+                    rows.append((row.bucket, config, url))
+        if ignored:
+            warnings.warn(
+                f"autotune: ignored {len(ignored)} stored config(s) for {self.spec.name} "
+                f"{DTYPE_NAMES[dtype]} on {gpu_name}: " + "; ".join(ignored[:5]),
+                StoredConfigWarning,
+                stacklevel=4,
+            )
+        return rows
+
+
+def _choose(spec: KernelSpec, stored: list[tuple[str, Config, str]], bucket: str, problem: Problem) -> Choice:
+    runnable = [(b, c, url) for b, c, url in stored if spec.space.rejects(c, problem) is None]
+    for b, c, url in runnable:
+        if b == bucket:
+            return Choice(c, "exact", b, url)
+    if runnable:
+        b, c, url = min(runnable, key=lambda r: spec.bucket_distance(r[0], bucket))
+        if spec.bucket_distance(b, bucket) < float("inf"):
+            return Choice(c, "nearest", b, url)
+    return Choice(dict(spec.space.default), "default")
+
+
+_TABLES: dict[str, TunedConfigs] = {}
+
+
+def tuned(spec: KernelSpec) -> TunedConfigs:
+    """The process-wide config table of a kernel."""
+    table = _TABLES.get(spec.name)
+    if table is None or table.spec is not spec:
+        table = _TABLES[spec.name] = TunedConfigs(spec)
+    return table
+
+
+def clear_cache() -> None:
+    """Forget every cached config, so the next call reads the databases again."""
+    for table in _TABLES.values():
+        table.clear()

@@ -1,0 +1,253 @@
+"""The search: one Optuna study per (kernel, GPU, dtype, shape bucket); every trial verified before timed."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import optuna
+import torch
+import triton
+
+from autotune import bench, gpu
+from autotune.db import BestRow, ConfigStore, TrialRow
+from autotune.space import Config, Problem
+from autotune.spec import DTYPE_NAMES, KernelSpec
+from autotune.verify import check_problem, verify
+
+SAMPLERS = ("tpe", "gp", "random", "grid")
+COMPILE_ERRORS = ("CompilationError", "OutOfResources", "CompileTimeAssertionFailure")
+
+
+@dataclass(frozen=True)
+class TrialOutcome:
+    """What one trial's config did: ok with a time, or why not."""
+
+    number: int
+    config: Config
+    outcome: str  # ok | invalid | compile_error | incorrect | error
+    reason: str | None = None
+    time_ms: float | None = None
+    example: Problem | None = None
+
+
+@dataclass
+class SearchResult:
+    """The best verified config of one study, with its evidence."""
+
+    kernel: str
+    gpu: str
+    dtype: str
+    bucket: str
+    problem: Problem
+    best_config: Config | None
+    best_ms: float | None
+    default_ms: float | None
+    baseline_ms: float | None
+    examples_verified: int
+    rate: bench.Rate | None
+    trials: list[TrialOutcome] = field(default_factory=list)
+    evaluations: int = 0  # distinct configs measured (repeats of a config are served from cache)
+    stored: bool = False
+    study_name: str = ""
+
+    @property
+    def speedup_vs_default(self) -> float | None:
+        return self.default_ms / self.best_ms if self.best_ms and self.default_ms else None
+
+    @property
+    def speedup_vs_baseline(self) -> float | None:
+        return self.baseline_ms / self.best_ms if self.best_ms and self.baseline_ms else None
+
+    def counts(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for t in self.trials:
+            out[t.outcome] = out.get(t.outcome, 0) + 1
+        return out
+
+
+def check_gpu(requested: str) -> gpu.GPUInfo:
+    """The GPU a search measures; it must be the one asked for ('auto' takes whatever is here)."""
+    info = gpu.current_gpu()
+    if requested.lower() != "auto" and gpu.normalize_gpu_name(requested) != info.name:
+        raise gpu.GPUMismatchError(
+            f"--gpu {requested} asked for, but this machine's device is {info.name} ({info.device_name}); "
+            "a search measures the GPU it runs on: run it there, or pass --gpu auto"
+        )
+    return info
+
+
+def make_sampler(name: str, spec: KernelSpec, seed: int | None) -> optuna.samplers.BaseSampler:
+    """An Optuna sampler by name: tpe, gp, random or grid (the whole space, constraints applied per trial)."""
+    if name == "tpe":
+        return optuna.samplers.TPESampler(seed=seed, n_startup_trials=10, multivariate=True)
+    if name == "gp":
+        return optuna.samplers.GPSampler(seed=seed)
+    if name == "random":
+        return optuna.samplers.RandomSampler(seed=seed)
+    if name == "grid":
+        return optuna.samplers.GridSampler(spec.space.optuna_grid(), seed=seed)
+    raise ValueError(f"sampler {name!r} is not one of {list(SAMPLERS)}")
+
+
+def study_name(spec: KernelSpec, gpu_name: str, dtype: torch.dtype, bucket: str) -> str:
+    return f"{spec.name}:{spec.source_hash[:8]}:{gpu_name}:{DTYPE_NAMES[dtype]}:{bucket}"
+
+
+class Evaluator:
+    """Runs the gate then the timing for configs on one problem, once per distinct config."""
+
+    def __init__(self, spec: KernelSpec, problem: Problem, dtype: torch.dtype, *, examples: int, seed: int, max_numel: int):
+        self.spec, self.problem, self.dtype = spec, problem, dtype
+        self.examples, self.seed, self.max_numel = examples, seed, max_numel
+        self.inputs = spec.make_inputs(problem, dtype, gpu.device(), seed)
+        self._out = spec.baseline(self.inputs).new_empty(spec.baseline(self.inputs).shape)
+        self.cache: dict[str, TrialOutcome] = {}
+        self.examples_passed: dict[str, int] = {}
+
+    def baseline_ms(self) -> float:
+        return bench.time_ms(lambda: self.spec.baseline(self.inputs))
+
+    def __call__(self, config: Config, number: int = -1) -> TrialOutcome:
+        key = json.dumps(config, sort_keys=True)
+        if key not in self.cache:
+            self.cache[key] = self._evaluate(config, number)
+        cached = self.cache[key]
+        return TrialOutcome(number, config, cached.outcome, cached.reason, cached.time_ms, cached.example)
+
+    def _evaluate(self, config: Config, number: int) -> TrialOutcome:
+        reason = self.spec.space.rejects(config, self.problem)
+        if reason:
+            return TrialOutcome(number, config, "invalid", reason)
+        failure = check_problem(self.spec, config, self.problem, self.dtype, seed=self.seed)
+        if failure is not None:
+            kind = "compile_error" if failure.reason.startswith(COMPILE_ERRORS) else failure.kind
+            return TrialOutcome(number, config, kind, failure.reason, example=failure.problem)
+        result = verify(self.spec, config, self.dtype, examples=self.examples, seed=self.seed, max_numel=self.max_numel)
+        if result.failure is not None:
+            f = result.failure
+            kind = "compile_error" if f.reason.startswith(COMPILE_ERRORS) else f.kind
+            return TrialOutcome(number, config, kind, f.reason, example=f.problem)
+        self.examples_passed[json.dumps(config, sort_keys=True)] = result.examples + 1
+        ms = bench.time_ms(lambda: self.spec.launch(self.inputs, config, self._out))
+        return TrialOutcome(number, config, "ok", None, ms)
+
+
+def search(
+    spec: KernelSpec,
+    problem: Problem,
+    dtype: torch.dtype,
+    *,
+    gpu_name: str = "auto",
+    trials: int = 50,
+    timeout: float | None = None,
+    sampler: str = "tpe",
+    store: ConfigStore | None = None,
+    storage: str | None = None,
+    seed: int = 0,
+    examples: int = 20,
+    final_examples: int = 100,
+    max_numel: int | None = None,
+    on_trial: Callable[[TrialOutcome, float | None], None] | None = None,
+) -> SearchResult:
+    """Search one problem's bucket: warm start from the default and any stored best, verify every
+    trial before timing it, re-verify the winner with more examples, and store it with its evidence."""
+    info = check_gpu(gpu_name)
+    if dtype not in spec.dtypes:
+        raise ValueError(f"dtype {dtype} is not supported by {spec.name}; expected one of {spec.dtypes}")
+    reason = spec.space.rejects(spec.space.default, problem)
+    if reason:
+        raise ValueError(f"{spec.name}: the default config cannot run on {problem}: {reason}")
+    if max_numel is None:
+        max_numel = (1 << 16) if info.is_interpreter else (1 << 22)
+    bucket = spec.bucket(problem)
+    name = study_name(spec, info.name, dtype, bucket)
+    evaluator = Evaluator(spec, problem, dtype, examples=examples, seed=seed, max_numel=max_numel)
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    study = optuna.create_study(
+        study_name=name, storage=storage, sampler=make_sampler(sampler, spec, seed), direction="minimize", load_if_exists=True
+    )
+    for warm in _warm_starts(spec, store, info.name, dtype, bucket):
+        study.enqueue_trial(warm, skip_if_exists=True)
+
+    outcomes: list[TrialOutcome] = []
+    best: list[float] = []
+
+    def objective(trial: optuna.Trial) -> float:
+        outcome = evaluator(spec.space.suggest(trial), trial.number)
+        outcomes.append(outcome)
+        trial.set_user_attr("outcome", outcome.outcome)
+        if outcome.reason:
+            trial.set_user_attr("reason", outcome.reason)
+        if outcome.example is not None:
+            trial.set_user_attr("example", outcome.example)
+        if outcome.time_ms is not None:
+            best.append(min(best[-1], outcome.time_ms) if best else outcome.time_ms)
+        if on_trial:
+            on_trial(outcome, best[-1] if best else None)
+        if outcome.outcome != "ok":
+            raise optuna.TrialPruned(outcome.reason)  # TPE ranks pruned trials below every measured one
+        return outcome.time_ms
+
+    n_trials = trials  # the grid sampler stops the study by itself once every point is done
+    study.optimize(objective, n_trials=n_trials, timeout=timeout, catch=())
+
+    result = SearchResult(
+        kernel=spec.name, gpu=info.name, dtype=DTYPE_NAMES[dtype], bucket=bucket, problem=problem,
+        best_config=None, best_ms=None, default_ms=None, baseline_ms=evaluator.baseline_ms(),
+        examples_verified=0, rate=None, trials=outcomes, evaluations=len(evaluator.cache), study_name=name,
+    )
+    result.default_ms = evaluator(dict(spec.space.default)).time_ms
+    for outcome in sorted((o for o in outcomes if o.outcome == "ok"), key=lambda o: o.time_ms):
+        final = verify(spec, outcome.config, dtype, examples=final_examples, seed=seed + 1, max_numel=max_numel)
+        if final.passed:
+            result.best_config, result.best_ms = outcome.config, outcome.time_ms
+            key = json.dumps(outcome.config, sort_keys=True)
+            result.examples_verified = evaluator.examples_passed.get(key, 0) + final.examples
+            break
+    if result.best_ms is not None:
+        result.rate = bench.rate(spec.cost(problem, dtype), result.best_ms, bound=spec.bound, dtype_name=result.dtype, info=info)
+    if store is not None:
+        _record(store, spec, result, info)
+    return result
+
+
+def _warm_starts(spec: KernelSpec, store: ConfigStore | None, gpu_name: str, dtype: torch.dtype, bucket: str) -> list[Config]:
+    configs = [dict(spec.space.default)]
+    if store is not None:
+        for row in store.best_rows(kernel=spec.name, gpu=gpu_name, dtype=DTYPE_NAMES[dtype], source_hash=spec.source_hash):
+            if row.bucket == bucket:
+                try:
+                    configs.append(spec.space.validate(row.config))
+                except ValueError:
+                    pass  # a stale or corrupt row is no warm start
+    return configs
+
+
+def _record(store: ConfigStore, spec: KernelSpec, result: SearchResult, info: gpu.GPUInfo) -> None:
+    store.record_trials(
+        [
+            TrialRow(
+                study=result.study_name, kernel=spec.name, source_hash=spec.source_hash, gpu=info.name,
+                dtype=result.dtype, bucket=result.bucket, number=t.number, config_json=json.dumps(t.config, sort_keys=True),
+                outcome=t.outcome, reason=t.reason, time_ms=t.time_ms,
+                failing_example_json=json.dumps(t.example, sort_keys=True) if t.example is not None else None,
+            )
+            for t in result.trials
+        ]
+    )
+    if result.best_config is None or result.best_ms is None or not math.isfinite(result.best_ms):
+        return
+    result.stored = store.record_best(
+        BestRow(
+            kernel=spec.name, source_hash=spec.source_hash, gpu=info.name, device_name=info.device_name,
+            dtype=result.dtype, bucket=result.bucket, config_json=json.dumps(result.best_config, sort_keys=True),
+            problem_json=json.dumps(result.problem, sort_keys=True), time_ms=result.best_ms,
+            default_time_ms=result.default_ms, baseline_time_ms=result.baseline_ms,
+            examples_verified=result.examples_verified, triton_version=triton.__version__,
+            torch_version=torch.__version__,
+        )
+    )

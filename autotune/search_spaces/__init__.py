@@ -1,0 +1,1 @@
+"""Search spaces of the shipped kernels: parameters, constraints, default config, shape buckets."""

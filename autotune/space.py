@@ -1,0 +1,105 @@
+"""Search spaces: typed discrete parameters, constraints checked before compiling, a safe default."""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+Config = dict[str, Any]
+Problem = dict[str, Any]
+Constraint = Callable[[Config, Problem], "str | None"]
+"""Returns why a config cannot run on a problem, or None when it can."""
+
+
+class InvalidConfig(ValueError):
+    """A config does not belong to a search space (unknown key, missing key, value out of range)."""
+
+
+@dataclass(frozen=True)
+class Param:
+    """One searched parameter with its allowed values, in search order."""
+
+    name: str
+    values: tuple[Any, ...]
+
+    def __post_init__(self) -> None:
+        if not self.values:
+            raise ValueError(f"parameter {self.name!r} needs at least one value")
+
+
+def powers_of_two(lo: int, hi: int) -> tuple[int, ...]:
+    """All powers of two from lo to hi inclusive."""
+    return tuple(2**e for e in range(int(math.log2(lo)), int(math.log2(hi)) + 1))
+
+
+@dataclass(frozen=True)
+class SearchSpace:
+    """The parameters of a kernel, the constraints between them and a problem, and the default.
+
+    The default must satisfy every constraint on every problem: the runtime falls back to it.
+    """
+
+    params: tuple[Param, ...]
+    default: Mapping[str, Any]
+    constraints: tuple[Constraint, ...] = ()
+    _by_name: dict[str, Param] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_by_name", {p.name: p for p in self.params})
+        self.validate(self.default)
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(p.name for p in self.params)
+
+    def validate(self, config: Mapping[str, Any]) -> Config:
+        """Return config as a plain dict if it belongs to this space, else raise InvalidConfig."""
+        if not isinstance(config, Mapping):
+            raise InvalidConfig(f"config must be a mapping of parameter to value, got {type(config).__name__}")
+        unknown = sorted(set(config) - set(self._by_name))
+        if unknown:
+            raise InvalidConfig(f"unknown parameter(s) {unknown}; expected {list(self.names)}")
+        missing = [n for n in self.names if n not in config]
+        if missing:
+            raise InvalidConfig(f"missing parameter(s) {missing}")
+        for p in self.params:
+            value = config[p.name]
+            # bool is an int subclass; never let True stand in for 1.
+            if isinstance(value, bool) or value not in p.values:
+                raise InvalidConfig(f"{p.name}={value!r} is not one of {list(p.values)}")
+        return {n: config[n] for n in self.names}
+
+    def rejects(self, config: Config, problem: Problem) -> str | None:
+        """Why this (valid) config cannot run on problem, or None if it can."""
+        for constraint in self.constraints:
+            reason = constraint(config, problem)
+            if reason:
+                return reason
+        return None
+
+    def with_overrides(self, **overrides: Any) -> Config:
+        """The default config with some parameters changed (validated)."""
+        return self.validate({**self.default, **overrides})
+
+    def grid(self) -> Iterator[Config]:
+        """Every point of the space, constraints not applied."""
+        for values in itertools.product(*(p.values for p in self.params)):
+            yield dict(zip(self.names, values))
+
+    def grid_for(self, problem: Problem) -> list[Config]:
+        """Every point that can run on problem."""
+        return [c for c in self.grid() if self.rejects(c, problem) is None]
+
+    def size(self) -> int:
+        return math.prod(len(p.values) for p in self.params)
+
+    def suggest(self, trial: Any) -> Config:
+        """Draw a config from an Optuna trial (one categorical per parameter)."""
+        return {p.name: trial.suggest_categorical(p.name, list(p.values)) for p in self.params}
+
+    def optuna_grid(self) -> dict[str, Sequence[Any]]:
+        """The search space in the form optuna.samplers.GridSampler takes."""
+        return {p.name: list(p.values) for p in self.params}

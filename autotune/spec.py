@@ -1,0 +1,143 @@
+"""The kernel contract: everything autotune needs to verify, search and ship one kernel."""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import inspect
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from autotune.space import Config, Problem, SearchSpace
+
+Inputs = dict[str, Any]
+"""A problem made concrete: tensors plus options, as `launch`, `reference` and `baseline` take them."""
+
+DTYPES: dict[str, torch.dtype] = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
+DTYPE_NAMES: dict[torch.dtype, str] = {v: k for k, v in DTYPES.items()}
+
+
+def dtype_from_name(name: str) -> torch.dtype:
+    """'bf16' / 'bfloat16' / 'torch.bfloat16' -> torch.bfloat16."""
+    key = name.strip().lower().removeprefix("torch.")
+    aliases = {"float32": "fp32", "float": "fp32", "float16": "fp16", "half": "fp16", "bfloat16": "bf16"}
+    key = aliases.get(key, key)
+    if key not in DTYPES:
+        raise ValueError(f"dtype {name!r} is not one of {sorted(DTYPES)}")
+    return DTYPES[key]
+
+
+@dataclass(frozen=True)
+class Cost:
+    """Work one call does: floating-point operations and the fewest bytes it must move."""
+
+    flops: float
+    bytes: float
+
+
+@dataclass(frozen=True, eq=False)
+class KernelSpec:
+    """One kernel, shipped or user-written, described for verify, search and the runtime.
+
+    Args:
+        launch: runs the Triton kernel(s) with one config, writing into `out` and returning it.
+        reference: the same math in float64: the ground truth.
+        baseline: PyTorch in the working dtype: error budget and speed comparison.
+        problems: `max_numel -> Hypothesis strategy` of problems, edge cases included.
+        make_inputs: builds the tensors of a problem in a dtype on a device, from a seed.
+        bucket: the shape key stored in the database.
+        cost: FLOPs and minimum bytes for a problem in a dtype.
+        presets: problems `search` tunes when no shape is given (`interpreter_presets` without a GPU).
+        parse_shape: turns a CLI `--shape` string into a problem.
+        sources: the @triton.jit functions (or any Python objects) whose source defines the kernel.
+    """
+
+    name: str
+    space: SearchSpace
+    launch: Callable[[Inputs, Config, torch.Tensor], torch.Tensor]
+    reference: Callable[[Inputs], torch.Tensor]
+    baseline: Callable[[Inputs], torch.Tensor]
+    problems: Callable[[int], Any]
+    make_inputs: Callable[[Problem, torch.dtype, torch.device, int], Inputs]
+    bucket: Callable[[Problem], str]
+    cost: Callable[[Problem, torch.dtype], Cost]
+    presets: Sequence[Problem]
+    parse_shape: Callable[[str], Problem]
+    sources: Sequence[Any] = ()
+    interpreter_presets: Sequence[Problem] = ()
+    dtypes: tuple[torch.dtype, ...] = (torch.float32, torch.float16, torch.bfloat16)
+    bound: str = "memory"  # "memory" or "compute": which roofline a result is judged against
+    description: str = ""
+    _hash: list[str] = field(default_factory=list, repr=False)
+
+    @property
+    def source_hash(self) -> str:
+        """Hash of the kernel's source and search space: stored rows are tied to it."""
+        if not self._hash:
+            self._hash.append(_source_hash(self))
+        return self._hash[0]
+
+    def presets_here(self) -> Sequence[Problem]:
+        """The preset problems for this machine: small ones under the interpreter, if the kernel has them."""
+        from autotune import gpu
+
+        if gpu.interpreter_active() and self.interpreter_presets:
+            return self.interpreter_presets
+        return self.presets
+
+    def bucket_distance(self, a: str, b: str) -> float:
+        """How far apart two bucket keys are (used to pick the nearest stored bucket)."""
+        return bucket_distance(a, b)
+
+
+def _source_hash(spec: KernelSpec) -> str:
+    digest = hashlib.sha256()
+    for obj in spec.sources:
+        fn = getattr(obj, "fn", obj)  # triton.JITFunction wraps the Python function as .fn
+        try:
+            digest.update(inspect.getsource(fn).encode())
+        except (OSError, TypeError):
+            digest.update(repr(obj).encode())
+    digest.update(repr([(p.name, p.values) for p in spec.space.params]).encode())
+    return digest.hexdigest()[:16]
+
+
+def parse_bucket(key: str) -> dict[str, str]:
+    """'m=4096,n=1024' -> {'m': '4096', 'n': '1024'}."""
+    out = {}
+    for part in key.split(","):
+        name, _, value = part.partition("=")
+        out[name.strip()] = value.strip()
+    return out
+
+
+def bucket_distance(a: str, b: str) -> float:
+    """Distance between bucket keys of the same kernel: sum of |log2| differences of numeric fields;
+    a field that differs and is not numeric makes the buckets incomparable (infinite distance)."""
+    pa, pb = parse_bucket(a), parse_bucket(b)
+    if pa.keys() != pb.keys():
+        return float("inf")
+    total = 0.0
+    for k, va in pa.items():
+        vb = pb[k]
+        if va == vb:
+            continue
+        try:
+            fa, fb = float(va), float(vb)
+        except ValueError:
+            return float("inf")
+        if fa <= 0 or fb <= 0:
+            total += abs(fa - fb)
+        else:
+            total += abs(_log2(fa) - _log2(fb))
+    return total
+
+
+@functools.cache
+def _log2(x: float) -> float:
+    import math
+
+    return math.log2(x)

@@ -1,0 +1,53 @@
+"""Hypothesis building blocks for problem strategies: edge sizes first-class, general sizes beside them."""
+
+from __future__ import annotations
+
+import math
+
+from hypothesis import strategies as st
+
+PRIMES = (2, 3, 5, 7, 13, 31, 61, 127, 251, 509, 1021, 2039, 4093, 8191, 16381, 32749, 65521, 131071)
+
+
+def edge_sizes(max_size: int) -> st.SearchStrategy[int]:
+    """Sizes that break tiling: 1, primes, and powers of two and their neighbours."""
+    pow2 = [2**e for e in range(1, max(1, int(math.log2(max(max_size, 2)))) + 1)]
+    near = sorted({n + d for n in pow2 for d in (-1, 0, 1)} | {1} | set(PRIMES))
+    return st.sampled_from([n for n in near if 1 <= n <= max_size] or [1])
+
+
+def sizes(max_size: int) -> st.SearchStrategy[int]:
+    """A dimension size: edge cases half the time, anything in range otherwise."""
+    return st.one_of(edge_sizes(max_size), st.integers(1, max(1, max_size)))
+
+
+def shapes(min_rank: int, max_rank: int, max_numel: int, *, allow_empty: bool = False) -> st.SearchStrategy[list[int]]:
+    """Tensor shapes with rank in [min_rank, max_rank] and at most max_numel elements."""
+
+    @st.composite
+    def draw(draw_: st.DrawFn) -> list[int]:
+        rank = draw_(st.integers(min_rank, max_rank))
+        shape: list[int] = []
+        budget = max_numel
+        for _ in range(rank):
+            size = draw_(sizes(max(1, budget)))
+            shape.append(size)
+            budget = max(1, budget // size)
+        if allow_empty and rank and draw_(st.integers(0, 9)) == 0:
+            shape[draw_(st.integers(0, rank - 1))] = 0
+        return shape
+
+    return draw()
+
+
+MAGNITUDES = (1.0, 1e-3, 1e4)
+"""Scales for random values: ordinary, small, and large enough to expose one-pass formulas."""
+
+
+def magnitudes() -> st.SearchStrategy[float]:
+    return st.sampled_from(MAGNITUDES)
+
+
+def next_pow2(n: int) -> int:
+    """Smallest power of two >= n (1 for n <= 1)."""
+    return 1 if n <= 1 else 1 << (n - 1).bit_length()

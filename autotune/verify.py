@@ -1,0 +1,177 @@
+"""The correctness gate: a config must match float64 on Hypothesis-drawn problems before it is timed.
+
+The error budget is earned, not guessed: on every problem the candidate's error against float64 must be
+within a small factor of PyTorch's own error in the same dtype, plus one storage ulp and a little fp32
+compute slack. Outputs are poisoned with NaN before each run, so an unwritten element always fails.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import torch
+from hypothesis import HealthCheck, find, settings
+from hypothesis.errors import NoSuchExample
+
+from autotune import gpu
+from autotune.space import Config, Problem
+from autotune.spec import DTYPE_NAMES, KernelSpec
+
+FACTOR = 4.0
+"""How many times PyTorch's own same-dtype error a candidate may have."""
+FP32_SLACK_ULPS = 64
+"""Compute slack in fp32 ulps: kernels accumulate in fp32 but may order or approximate differently."""
+
+DEFAULT_MAX_NUMEL = 1 << 16
+"""Largest problem verify draws by default (the interpreter runs every element in Python)."""
+
+
+@dataclass(frozen=True)
+class Failure:
+    """Why a config failed on one problem."""
+
+    problem: Problem
+    kind: str  # "incorrect" or "error"
+    reason: str
+    error: float | None = None
+    budget: float | None = None
+
+    def describe(self) -> str:
+        where = json.dumps(self.problem, sort_keys=True)
+        return f"{self.kind} on {where}: {self.reason}"
+
+
+@dataclass(frozen=True)
+class VerifyResult:
+    """Outcome of verifying one config of one kernel in one dtype."""
+
+    kernel: str
+    dtype: str
+    config: Config
+    examples: int  # problems checked that the config applies to
+    failure: Failure | None = None
+    worst_error_ratio: float = 0.0  # max over problems of error / budget
+    skipped: int = 0  # problems the config does not apply to (rejected by the space's constraints)
+    problems: list[Problem] = field(default_factory=list, repr=False)
+
+    @property
+    def passed(self) -> bool:
+        return self.failure is None and self.examples > 0
+
+
+def storage_eps(dtype: torch.dtype) -> float:
+    return torch.finfo(dtype).eps
+
+
+def compare(out: torch.Tensor, ref: torch.Tensor, base: torch.Tensor, dtype: torch.dtype) -> tuple[float, float, str | None]:
+    """Error of `out` against float64 `ref`, its budget from `base` (PyTorch, same dtype), and why it fails.
+
+    Elementwise relative error with an absolute floor of one ulp at the tensor's scale. Where the
+    reference or PyTorch is not finite (overflow, all -inf rows), the candidate must reproduce
+    PyTorch's value exactly; NaN never passes anywhere else.
+    """
+    if out.shape != ref.shape:
+        return float("inf"), 0.0, f"output shape {tuple(out.shape)} != reference shape {tuple(ref.shape)}"
+    o, r, b = (t.detach().to("cpu", torch.float64).reshape(-1) for t in (out, ref, base))
+    special = ~torch.isfinite(r) | ~torch.isfinite(b)
+    if special.any():
+        target = torch.where(torch.isfinite(b[special]), r[special], b[special])
+        got = o[special]
+        same = (got == target) | (torch.isnan(got) & torch.isnan(target))
+        if not bool(same.all()):
+            i = int(torch.nonzero(~same)[0])
+            return float("inf"), 0.0, f"non-finite mismatch: expected {target[i].item()} got {got[i].item()}"
+    finite = ~special
+    o, r, b = o[finite], r[finite], b[finite]
+    if o.numel() == 0:
+        return 0.0, 0.0, None
+    if not bool(torch.isfinite(o).all()):
+        i = int(torch.nonzero(~torch.isfinite(o))[0])
+        return float("inf"), 0.0, f"got {o[i].item()} where the reference is {r[i].item()} (unwritten output?)"
+    eps = storage_eps(dtype)
+    atol = max(float(r.abs().max()) * eps, torch.finfo(dtype).tiny)
+    err = float(((o - r).abs() / (r.abs() + atol)).max())
+    base_err = float(((b - r).abs() / (r.abs() + atol)).max())
+    budget = FACTOR * base_err + eps + FP32_SLACK_ULPS * torch.finfo(torch.float32).eps
+    if err > budget:
+        return err, budget, f"error {err:.3g} > budget {budget:.3g} (PyTorch {dtype} error {base_err:.3g})"
+    return err, budget, None
+
+
+def check_problem(
+    spec: KernelSpec, config: Config, problem: Problem, dtype: torch.dtype, *, seed: int = 0
+) -> Failure | None:
+    """Run config on one problem with poisoned output; None when it matches float64 within budget."""
+    device = gpu.device()
+    inputs = spec.make_inputs(problem, dtype, device, seed)
+    base = spec.baseline(inputs)
+    ref = spec.reference(inputs)
+    out = torch.full(base.shape, float("nan"), dtype=base.dtype, device=base.device)
+    try:
+        spec.launch(inputs, config, out)
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+    except Exception as exc:  # a candidate may fail in any way; the trial records how
+        return Failure(problem, "error", f"{type(exc).__name__}: {_first_line(exc)}")
+    err, budget, reason = compare(out, ref, base, dtype)
+    if reason:
+        return Failure(problem, "incorrect", reason, err, budget)
+    return None
+
+
+def verify(
+    spec: KernelSpec,
+    config: Config,
+    dtype: torch.dtype,
+    *,
+    examples: int = 50,
+    seed: int | None = None,
+    max_numel: int = DEFAULT_MAX_NUMEL,
+    extra_problems: Sequence[Problem] = (),
+) -> VerifyResult:
+    """Check config on `extra_problems`, then on up to `examples` Hypothesis problems; shrink a failure.
+
+    A config is only checked on problems its space's constraints let it run on.
+    """
+    config = spec.space.validate(config)
+    dtype_name = DTYPE_NAMES[dtype]
+    checked: list[Problem] = []
+    skipped = 0
+
+    def fails(problem: Problem) -> bool:
+        nonlocal skipped
+        if spec.space.rejects(config, problem):
+            skipped += 1
+            return False
+        checked.append(problem)
+        return check_problem(spec, config, problem, dtype, seed=seed or 0) is not None
+
+    for problem in extra_problems:
+        if fails(problem):
+            failure = check_problem(spec, config, problem, dtype, seed=seed or 0)
+            return VerifyResult(spec.name, dtype_name, config, len(checked), failure, skipped=skipped, problems=checked)
+
+    hyp_settings = settings(
+        max_examples=examples,
+        database=None,
+        deadline=None,
+        suppress_health_check=list(HealthCheck),
+    )
+    try:
+        minimal = find(
+            spec.problems(max_numel), fails, settings=hyp_settings, random=random.Random(seed if seed is not None else 0)
+        )
+    except NoSuchExample:
+        return VerifyResult(spec.name, dtype_name, config, len(checked), None, skipped=skipped, problems=checked)
+    failure = check_problem(spec, config, minimal, dtype, seed=seed or 0)
+    if failure is None:  # flaky: failed during the search, passes on replay (a race or reading unset memory)
+        failure = Failure(minimal, "incorrect", "failed once, passed on replay: nondeterministic result")
+    return VerifyResult(spec.name, dtype_name, config, len(checked), failure, skipped=skipped, problems=checked)
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0][:300] if text else ""

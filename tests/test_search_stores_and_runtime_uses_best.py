@@ -1,0 +1,149 @@
+import dataclasses
+import json
+import sqlite3
+
+import pytest
+import torch
+
+from autotune import gpu, runtime
+from autotune.db import BestRow, ConfigStore
+from autotune.kernels import add, vector_add
+from autotune.search import search
+from autotune.space import Param, SearchSpace
+from wrong_kernels import STATIC_FAIL_ADD, TAIL_BUG_ADD
+
+PROBLEM = vector_add.parse_shape("5000")
+
+
+def test_search_finishes_and_stores_the_best_verified_row(user_db):
+    with ConfigStore(str(user_db)) as store:
+        result = search(vector_add.SPEC, PROBLEM, torch.float32, trials=8, store=store, examples=5, final_examples=10)
+        rows = store.best_rows(kernel="vector_add")
+        trials = store.trials(kernel="vector_add")
+    assert result.stored and result.best_config is not None
+    assert len(rows) == 1
+    row = rows[0]
+    assert row.gpu == gpu.CPU_INTERPRETER  # interpreter rows never mix with GPU rows
+    assert row.bucket == "n=8192" and row.config == result.best_config
+    assert row.time_ms == result.best_ms and row.default_time_ms and row.baseline_time_ms
+    assert row.examples_verified >= 10 and row.source_hash == vector_add.SPEC.source_hash
+    assert len(trials) == 8 and {t.outcome for t in trials} <= {"ok", "invalid"}
+    # The default config is the warm start: trial 0.
+    assert json.loads(trials[0].config_json) == vector_add.SPACE.default
+
+
+def _small_space(spec, blocks):
+    space = SearchSpace((Param("BLOCK_SIZE", blocks), Param("num_warps", (4,)), Param("num_stages", (1,))),
+                        default={"BLOCK_SIZE": blocks[0], "num_warps": 4, "num_stages": 1})
+    return dataclasses.replace(spec, space=space, _hash=[])
+
+
+def test_wrong_configs_are_recorded_as_incorrect_with_their_example_and_never_win(user_db):
+    spec = _small_space(TAIL_BUG_ADD, (1024, 2048, 4096))
+    with ConfigStore(str(user_db)) as store:
+        result = search(spec, PROBLEM, torch.float32, trials=10, sampler="grid", store=store, examples=10, final_examples=10)
+        stored_trials = store.trials(kernel="tail_bug_add")
+    by_block = {t.config["BLOCK_SIZE"]: t for t in result.trials}
+    assert by_block[1024].outcome == "ok"
+    for block in (2048, 4096):
+        assert by_block[block].outcome == "incorrect" and by_block[block].example is not None
+    assert result.best_config["BLOCK_SIZE"] == 1024
+    stored_outcomes = {t.config["BLOCK_SIZE"]: t.outcome for t in stored_trials}
+    assert stored_outcomes == {1024: "ok", 2048: "incorrect", 4096: "incorrect"}
+    assert all(t.failing_example_json for t in stored_trials if t.outcome == "incorrect")
+
+
+def test_configs_that_fail_to_build_are_recorded_and_the_search_goes_on(user_db):
+    spec = _small_space(STATIC_FAIL_ADD, (512, 256, 1024))
+    result = search(spec, PROBLEM, torch.float32, trials=10, sampler="grid", examples=3, final_examples=3)
+    failed = [t for t in result.trials if t.config["BLOCK_SIZE"] == 256]
+    assert failed and all(t.outcome in ("compile_error", "error") for t in failed)
+    assert "BLOCK_SIZE=256" in failed[0].reason
+    assert result.best_config is not None and result.best_config["BLOCK_SIZE"] != 256
+    assert {t.config["BLOCK_SIZE"] for t in result.trials if t.outcome == "ok"} == {512, 1024}
+
+
+def test_search_refuses_to_measure_another_gpu():
+    with pytest.raises(gpu.GPUMismatchError, match="H100"):
+        search(vector_add.SPEC, PROBLEM, torch.float32, gpu_name="H100", trials=1)
+
+
+def _store_row(path, bucket="n=8192", config=None, source_hash=None, time_ms=1.0, dtype="fp32"):
+    with ConfigStore(str(path)) as store:
+        store.record_best(
+            BestRow(
+                kernel="vector_add", source_hash=source_hash or vector_add.SPEC.source_hash, gpu=gpu.current_gpu().name,
+                device_name="test", dtype=dtype, bucket=bucket,
+                config_json=config if isinstance(config, str) else json.dumps(config), problem_json="{}",
+                time_ms=time_ms, examples_verified=1, triton_version="x", torch_version="y",
+            )
+        )
+
+
+def _launched_config(x, y):
+    with runtime.record_launches() as launches:
+        out = add(x, y)
+    assert torch.equal(out, x + y)
+    assert len(launches) == 1
+    return launches[0][1]
+
+
+def test_runtime_launches_exactly_the_stored_config(user_db):
+    stored = {"BLOCK_SIZE": 512, "num_warps": 2, "num_stages": 3}
+    _store_row(user_db, config=stored)
+    x, y = torch.randn(5000), torch.randn(5000)
+    assert _launched_config(x, y) == stored
+    assert runtime.tuned(vector_add.SPEC).choice(torch.float32, "n=8192").source == "exact"
+
+
+def test_runtime_takes_the_nearest_bucket_then_the_default(user_db):
+    stored = {"BLOCK_SIZE": 256, "num_warps": 1, "num_stages": 1}
+    _store_row(user_db, bucket="n=8192", config=stored)
+    assert _launched_config(torch.randn(20000), torch.randn(20000)) == stored  # n=32768: nearest is n=8192
+    half = torch.randn(20000, dtype=torch.float16)
+    assert _launched_config(half, half) == vector_add.SPACE.default  # no fp16 rows at all
+
+
+@pytest.mark.parametrize(
+    "config, source_hash, why",
+    [
+        ('{"BLOCK_SIZE": 512, "num_warps"', None, "not valid JSON"),
+        ({"BLOCK_SIZE": 512, "num_warps": 2, "num_stages": 3, "EVIL": 1}, None, "unknown"),
+        ({"BLOCK_SIZE": 3, "num_warps": 2, "num_stages": 3}, None, "BLOCK_SIZE=3"),
+        (None, "0123456789abcdef", "another kernel source"),
+    ],
+)
+def test_corrupt_or_foreign_rows_are_ignored_with_one_warning(user_db, config, source_hash, why):
+    _store_row(user_db, config={"BLOCK_SIZE": 512, "num_warps": 2, "num_stages": 3}, source_hash=source_hash)
+    if config is not None:  # damage the row the way another program or a bad disk could
+        with sqlite3.connect(user_db) as con:
+            con.execute("UPDATE best_configs SET config = ?", (config if isinstance(config, str) else json.dumps(config),))
+    x = torch.randn(5000)
+    with pytest.warns(runtime.StoredConfigWarning, match=why) as caught:
+        assert _launched_config(x, x) == vector_add.SPACE.default
+        _launched_config(x, x)  # cached: no second warning
+    assert len(caught) == 1
+
+
+@pytest.mark.parametrize(
+    "args, error, message",
+    [
+        ((torch.ones(4, dtype=torch.int32), torch.ones(4, dtype=torch.int32)), TypeError, "x must have a floating dtype"),
+        ((torch.ones(4), torch.ones(5)), ValueError, "one shape"),
+        ((torch.ones(4), torch.ones(4, dtype=torch.float16)), TypeError, "one dtype"),
+        ((torch.ones(4), torch.ones(4, device="meta")), ValueError, "y must be on"),
+        ((torch.ones(4), [1.0, 2.0]), TypeError, "y must be a torch.Tensor"),
+    ],
+)
+def test_bad_inputs_get_clear_errors_before_any_launch(args, error, message):
+    with runtime.record_launches() as launches, pytest.raises(error, match=message):
+        add(*args)
+    assert launches == []
+
+
+def test_add_handles_any_rank_noncontiguous_and_empty():
+    x = torch.randn(33, 17, 5).transpose(0, 2)
+    y = torch.randn(5, 17, 33)
+    assert torch.equal(add(x, y), x + y)
+    e = torch.empty(3, 0)
+    assert add(e, e).shape == (3, 0)

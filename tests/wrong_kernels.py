@@ -1,0 +1,60 @@
+"""Test-only kernels that are wrong in known ways, to prove the gate and the search notice."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import triton
+import triton.language as tl
+
+from autotune.kernels import vector_add
+
+BAD_BLOCK = 2048
+
+
+@triton.jit
+def _tail_bug_add_kernel(x_ptr, y_ptr, out_ptr, n, BLOCK_SIZE: tl.constexpr):
+    offsets = tl.program_id(0) * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)
+    mask = offsets < n
+    y_mask = mask
+    if BLOCK_SIZE >= 2048:
+        # The bug: a partial last block forgets y, but only when there is more than one block.
+        y_mask = mask & (offsets < tl.maximum(n - n % BLOCK_SIZE, BLOCK_SIZE))
+    x = tl.load(x_ptr + offsets, mask=mask).to(tl.float32)
+    y = tl.load(y_ptr + offsets, mask=y_mask, other=0.0).to(tl.float32)
+    tl.store(out_ptr + offsets, (x + y).to(out_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def _static_fail_add_kernel(x_ptr, y_ptr, out_ptr, n, BLOCK_SIZE: tl.constexpr):
+    tl.static_assert(BLOCK_SIZE != 256, "this kernel cannot be built with BLOCK_SIZE=256")
+    offsets = tl.program_id(0) * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)
+    mask = offsets < n
+    x = tl.load(x_ptr + offsets, mask=mask).to(tl.float32)
+    y = tl.load(y_ptr + offsets, mask=mask).to(tl.float32)
+    tl.store(out_ptr + offsets, (x + y).to(out_ptr.dtype.element_ty), mask=mask)
+
+
+def _launcher(kernel):
+    def launch(inputs, config, out):
+        x, y = inputs["x"], inputs["y"]
+        n = x.numel()
+        if n == 0:
+            return out
+        block = config["BLOCK_SIZE"]
+        kernel[(triton.cdiv(n, block),)](x.contiguous(), y.contiguous(), out, n, BLOCK_SIZE=block)
+        return out
+
+    return launch
+
+
+TAIL_BUG_ADD = dataclasses.replace(
+    vector_add.SPEC, name="tail_bug_add", launch=_launcher(_tail_bug_add_kernel), sources=(_tail_bug_add_kernel,), _hash=[]
+)
+"""Right for BLOCK_SIZE < 2048; for larger blocks, wrong whenever the last block is partial."""
+
+STATIC_FAIL_ADD = dataclasses.replace(
+    vector_add.SPEC, name="static_fail_add", launch=_launcher(_static_fail_add_kernel),
+    sources=(_static_fail_add_kernel,), _hash=[],
+)
+"""Fails to compile with BLOCK_SIZE=256; right otherwise."""
