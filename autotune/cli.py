@@ -88,7 +88,7 @@ def gpu_info() -> None:
 
 @main.command()
 @click.argument("kernel")
-@click.option("--config", "config_json", help="Config as JSON (default: the space's default config).")
+@click.option("--config", "config_json", help="Config as JSON; parameters left out take the default's values.")
 @click.option("--dtype", "dtypes", multiple=True, help="fp32, fp16 or bf16 (repeatable; default: all the kernel supports).")
 @click.option("--examples", default=100, show_default=True, help="Hypothesis problems per dtype.")
 @click.option("--seed", default=0, show_default=True)
@@ -98,7 +98,10 @@ def verify(kernel: str, config_json: str | None, dtypes: tuple[str, ...], exampl
 
     spec = _spec(kernel)
     try:
-        config = spec.space.validate(json.loads(config_json) if config_json else spec.space.default)
+        given = json.loads(config_json) if config_json else {}
+        if not isinstance(given, dict):
+            raise ValueError(f"expected a JSON object, got {config_json!r}")
+        config = spec.space.validate({**spec.space.default, **given})
     except (json.JSONDecodeError, ValueError) as exc:
         raise click.BadParameter(str(exc), param_hint="--config") from None
     rows, failed = [], False

@@ -15,7 +15,7 @@ from autotune import bench, gpu
 from autotune.db import BestRow, ConfigStore, TrialRow
 from autotune.space import Config, Problem
 from autotune.spec import DTYPE_NAMES, KernelSpec
-from autotune.verify import check_problem, verify
+from autotune.verify import ReferenceCache, check_problem, verify
 
 SAMPLERS = ("tpe", "gp", "random", "grid")
 COMPILE_ERRORS = ("CompilationError", "OutOfResources", "CompileTimeAssertionFailure")
@@ -105,6 +105,8 @@ class Evaluator:
         self.inputs = spec.make_inputs(problem, dtype, gpu.device(), seed)
         self._out = spec.baseline(self.inputs).new_empty(spec.baseline(self.inputs).shape)
         self.cache: dict[str, TrialOutcome] = {}
+        self.references = ReferenceCache()
+        self.timing = {"warmup_ms": 25.0, "rep_ms": 100.0}
         self.examples_passed: dict[str, int] = {}
 
     def baseline_ms(self) -> float:
@@ -121,17 +123,19 @@ class Evaluator:
         reason = self.spec.space.rejects(config, self.problem)
         if reason:
             return TrialOutcome(number, config, "invalid", reason)
-        failure = check_problem(self.spec, config, self.problem, self.dtype, seed=self.seed)
+        failure = check_problem(self.spec, config, self.problem, self.dtype, seed=self.seed, cache=self.references)
         if failure is not None:
             kind = "compile_error" if failure.reason.startswith(COMPILE_ERRORS) else failure.kind
             return TrialOutcome(number, config, kind, failure.reason, example=failure.problem)
-        result = verify(self.spec, config, self.dtype, examples=self.examples, seed=self.seed, max_numel=self.max_numel)
+        result = verify(
+            self.spec, config, self.dtype, examples=self.examples, seed=self.seed, max_numel=self.max_numel, cache=self.references
+        )
         if result.failure is not None:
             f = result.failure
             kind = "compile_error" if f.reason.startswith(COMPILE_ERRORS) else f.kind
             return TrialOutcome(number, config, kind, f.reason, example=f.problem)
         self.examples_passed[json.dumps(config, sort_keys=True)] = result.examples + 1
-        ms = bench.time_ms(lambda: self.spec.launch(self.inputs, config, self._out))
+        ms = bench.time_ms(lambda: self.spec.launch(self.inputs, config, self._out), **self.timing)
         return TrialOutcome(number, config, "ok", None, ms)
 
 
@@ -161,7 +165,7 @@ def search(
     if reason:
         raise ValueError(f"{spec.name}: the default config cannot run on {problem}: {reason}")
     if max_numel is None:
-        max_numel = (1 << 16) if info.is_interpreter else (1 << 22)
+        max_numel = (1 << 14) if info.is_interpreter else (1 << 20)
     bucket = spec.bucket(problem)
     name = study_name(spec, info.name, dtype, bucket)
     evaluator = Evaluator(spec, problem, dtype, examples=examples, seed=seed, max_numel=max_numel)

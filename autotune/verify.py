@@ -25,8 +25,9 @@ FACTOR = 4.0
 FP32_SLACK_ULPS = 64
 """Compute slack in fp32 ulps: kernels accumulate in fp32 but may order or approximate differently."""
 
-DEFAULT_MAX_NUMEL = 1 << 16
-"""Largest problem verify draws by default (the interpreter runs every element in Python)."""
+def default_max_numel() -> int:
+    """Largest problem verify draws by default: small under the interpreter, which is slow per element."""
+    return (1 << 13) if gpu.interpreter_active() else (1 << 20)
 
 
 @dataclass(frozen=True)
@@ -75,7 +76,7 @@ def compare(out: torch.Tensor, ref: torch.Tensor, base: torch.Tensor, dtype: tor
     """
     if out.shape != ref.shape:
         return float("inf"), 0.0, f"output shape {tuple(out.shape)} != reference shape {tuple(ref.shape)}"
-    o, r, b = (t.detach().to("cpu", torch.float64).reshape(-1) for t in (out, ref, base))
+    o, r, b = (t.detach().to(device=out.device, dtype=torch.float64).reshape(-1) for t in (out, ref, base))
     special = ~torch.isfinite(r) | ~torch.isfinite(b)
     if special.any():
         target = torch.where(torch.isfinite(b[special]), r[special], b[special])
@@ -101,14 +102,37 @@ def compare(out: torch.Tensor, ref: torch.Tensor, base: torch.Tensor, dtype: tor
     return err, budget, None
 
 
+class ReferenceCache:
+    """Inputs, PyTorch and float64 results per problem, shared by the configs checked on them."""
+
+    def __init__(self, capacity: int = 64) -> None:
+        self.capacity = capacity
+        self._items: dict[tuple, tuple[dict, torch.Tensor, torch.Tensor]] = {}
+
+    def get(self, spec: KernelSpec, problem: Problem, dtype: torch.dtype, seed: int) -> tuple[dict, torch.Tensor, torch.Tensor]:
+        key = (spec.name, json.dumps(problem, sort_keys=True), dtype, seed)
+        item = self._items.get(key)
+        if item is None:
+            inputs = spec.make_inputs(problem, dtype, gpu.device(), seed)
+            item = (inputs, spec.baseline(inputs), spec.reference(inputs))
+            if len(self._items) >= self.capacity:
+                self._items.pop(next(iter(self._items)))
+            self._items[key] = item
+        return item
+
+
 def check_problem(
-    spec: KernelSpec, config: Config, problem: Problem, dtype: torch.dtype, *, seed: int = 0
+    spec: KernelSpec,
+    config: Config,
+    problem: Problem,
+    dtype: torch.dtype,
+    *,
+    seed: int = 0,
+    cache: ReferenceCache | None = None,
 ) -> Failure | None:
     """Run config on one problem with poisoned output; None when it matches float64 within budget."""
     device = gpu.device()
-    inputs = spec.make_inputs(problem, dtype, device, seed)
-    base = spec.baseline(inputs)
-    ref = spec.reference(inputs)
+    inputs, base, ref = (cache or ReferenceCache(1)).get(spec, problem, dtype, seed)
     out = torch.full(base.shape, float("nan"), dtype=base.dtype, device=base.device)
     try:
         spec.launch(inputs, config, out)
@@ -129,8 +153,9 @@ def verify(
     *,
     examples: int = 50,
     seed: int | None = None,
-    max_numel: int = DEFAULT_MAX_NUMEL,
+    max_numel: int | None = None,
     extra_problems: Sequence[Problem] = (),
+    cache: ReferenceCache | None = None,
 ) -> VerifyResult:
     """Check config on `extra_problems`, then on up to `examples` Hypothesis problems; shrink a failure.
 
@@ -138,6 +163,8 @@ def verify(
     """
     config = spec.space.validate(config)
     dtype_name = DTYPE_NAMES[dtype]
+    cache = cache or ReferenceCache()
+    max_numel = max_numel or default_max_numel()
     checked: list[Problem] = []
     skipped = 0
 
@@ -147,11 +174,11 @@ def verify(
             skipped += 1
             return False
         checked.append(problem)
-        return check_problem(spec, config, problem, dtype, seed=seed or 0) is not None
+        return check_problem(spec, config, problem, dtype, seed=seed or 0, cache=cache) is not None
 
     for problem in extra_problems:
         if fails(problem):
-            failure = check_problem(spec, config, problem, dtype, seed=seed or 0)
+            failure = check_problem(spec, config, problem, dtype, seed=seed or 0, cache=cache)
             return VerifyResult(spec.name, dtype_name, config, len(checked), failure, skipped=skipped, problems=checked)
 
     hyp_settings = settings(
@@ -166,7 +193,7 @@ def verify(
         )
     except NoSuchExample:
         return VerifyResult(spec.name, dtype_name, config, len(checked), None, skipped=skipped, problems=checked)
-    failure = check_problem(spec, config, minimal, dtype, seed=seed or 0)
+    failure = check_problem(spec, config, minimal, dtype, seed=seed or 0, cache=cache)
     if failure is None:  # flaky: failed during the search, passes on replay (a race or reading unset memory)
         failure = Failure(minimal, "incorrect", "failed once, passed on replay: nondeterministic result")
     return VerifyResult(spec.name, dtype_name, config, len(checked), failure, skipped=skipped, problems=checked)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import sqlite3
 import urllib.parse
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, fields
@@ -230,7 +231,12 @@ def _sqlite_engine(url: URL, *, readonly: bool, wal: bool) -> Engine:
         cursor = dbapi_conn.cursor()
         cursor.execute(f"PRAGMA busy_timeout = {_BUSY_TIMEOUT_MS}")
         if wal and not readonly:
-            cursor.execute("PRAGMA journal_mode = WAL")
+            try:
+                cursor.execute("PRAGMA journal_mode = WAL")
+            except sqlite3.OperationalError:
+                # Another process holds the lock while it creates the file; WAL is a property of the
+                # file, set by whichever connection gets there first, and rollback mode is correct too.
+                pass
         cursor.close()
 
     @event.listens_for(engine, "begin")

@@ -7,6 +7,7 @@ import torch
 from autotune import gpu
 
 FLOAT_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+_KERNEL_DEVICE_TYPE = "cpu" if gpu.interpreter_active() else "cuda"  # fixed once Triton is imported
 
 
 def float_tensor(name: str, t: object, dtypes: tuple[torch.dtype, ...] = FLOAT_DTYPES) -> torch.Tensor:
@@ -16,7 +17,7 @@ def float_tensor(name: str, t: object, dtypes: tuple[torch.dtype, ...] = FLOAT_D
     if t.dtype not in dtypes:
         names = ", ".join(str(d).removeprefix("torch.") for d in dtypes)
         raise TypeError(f"{name} must have a floating dtype in ({names}), got {str(t.dtype).removeprefix('torch.')}")
-    expected = "cpu" if gpu.interpreter_active() else "cuda"
+    expected = _KERNEL_DEVICE_TYPE
     if t.device.type != expected:
         where = "the CPU (Triton interpreter)" if expected == "cpu" else "a CUDA device"
         raise ValueError(f"{name} must be on {where}, got a tensor on {t.device}")

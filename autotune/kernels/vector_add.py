@@ -62,13 +62,14 @@ def make_inputs(problem: dict, dtype: torch.dtype, device: torch.device, seed: i
     layout = problem.get("layout", "contiguous")
 
     def one() -> torch.Tensor:
+        # The layout is made on the device, last: a copy or a move would make a strided view contiguous.
         if layout == "transposed" and len(shape) >= 2:
-            t = torch.randn(shape[::-1], generator=gen).permute(*range(len(shape) - 1, -1, -1))
-        elif layout == "sliced":
-            t = torch.randn(shape[:-1] + [2 * shape[-1]], generator=gen)[..., ::2]
-        else:
-            t = torch.randn(shape, generator=gen)
-        return (t * problem.get("magnitude", 1.0)).to(device=device, dtype=dtype)
+            base = torch.randn(shape[::-1], generator=gen) * problem.get("magnitude", 1.0)
+            return base.to(device=device, dtype=dtype).permute(*range(len(shape) - 1, -1, -1))
+        if layout == "sliced" and shape:
+            base = torch.randn(shape[:-1] + [2 * shape[-1]], generator=gen) * problem.get("magnitude", 1.0)
+            return base.to(device=device, dtype=dtype)[..., ::2]
+        return (torch.randn(shape, generator=gen) * problem.get("magnitude", 1.0)).to(device=device, dtype=dtype)
 
     return {"x": one(), "y": one()}
 

@@ -1,0 +1,256 @@
+"""softmax: exp(x - max) / sum(exp(x - max)) along one dim, any rank, in one fused kernel."""
+
+from __future__ import annotations
+
+import operator
+
+import torch
+import triton
+import triton.language as tl
+from hypothesis import strategies as st
+
+from autotune import runtime
+from autotune.kernels import _checks
+from autotune.search_spaces.softmax import SPACE, bucket, row_shape
+from autotune.spec import Cost, Inputs, KernelSpec
+from autotune.strategies import magnitudes, next_pow2, shapes
+
+
+@triton.jit
+def _softmax_single_kernel(
+    x_ptr, out_ptr, n_rows, n_cols,
+    x_row_stride, x_col_stride, out_row_stride, out_col_stride,
+    BLOCK_SIZE: tl.constexpr, ROWS_PER_PROGRAM: tl.constexpr,
+):
+    """Whole rows in registers: one read, one write per element."""
+    rows = tl.program_id(0).to(tl.int64) * ROWS_PER_PROGRAM + tl.arange(0, ROWS_PER_PROGRAM)
+    cols = tl.arange(0, BLOCK_SIZE).to(tl.int64)
+    mask = (rows[:, None] < n_rows) & (cols[None, :] < n_cols)
+    x_ptrs = x_ptr + rows[:, None] * x_row_stride + cols[None, :] * x_col_stride
+    # -inf padding vanishes from the max and becomes exp(-inf) = 0 in the sum.
+    x = tl.load(x_ptrs, mask=mask, other=float("-inf")).to(tl.float32)
+    num = tl.exp(x - tl.max(x, axis=1)[:, None])
+    out = num * (1.0 / tl.sum(num, axis=1))[:, None]
+    out_ptrs = out_ptr + rows[:, None] * out_row_stride + cols[None, :] * out_col_stride
+    tl.store(out_ptrs, out.to(out_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def _softmax_online_kernel(
+    x_ptr, out_ptr, n_rows, n_cols,
+    x_row_stride, x_col_stride, out_row_stride, out_col_stride,
+    BLOCK_SIZE: tl.constexpr, ROWS_PER_PROGRAM: tl.constexpr,
+):
+    """Rows of any length in BLOCK_SIZE chunks: a pass for the running max and sum, a pass to write."""
+    rows = tl.program_id(0).to(tl.int64) * ROWS_PER_PROGRAM + tl.arange(0, ROWS_PER_PROGRAM)
+    row_mask = rows[:, None] < n_rows
+    x_rows = x_ptr + rows[:, None] * x_row_stride
+    out_rows = out_ptr + rows[:, None] * out_row_stride
+    cols = tl.arange(0, BLOCK_SIZE).to(tl.int64)
+    row_max = tl.full((ROWS_PER_PROGRAM,), float("-inf"), tl.float32)
+    row_sum = tl.zeros((ROWS_PER_PROGRAM,), tl.float32)
+    for start in range(0, n_cols, BLOCK_SIZE):
+        c = start + cols
+        mask = row_mask & (c[None, :] < n_cols)
+        x = tl.load(x_rows + c[None, :] * x_col_stride, mask=mask, other=float("-inf")).to(tl.float32)
+        new_max = tl.maximum(row_max, tl.max(x, axis=1))
+        # While everything seen is -inf, shift by 0: exp(-inf - -inf) would be NaN and poison the sum.
+        shift = tl.where(new_max == float("-inf"), 0.0, new_max)
+        row_sum = row_sum * tl.exp(row_max - shift) + tl.sum(tl.exp(x - shift[:, None]), axis=1)
+        row_max = new_max
+    # A row of only -inf keeps max -inf and sum 0, so below it gives NaN, as torch does.
+    inv_sum = 1.0 / row_sum
+    for start in range(0, n_cols, BLOCK_SIZE):
+        c = start + cols
+        mask = row_mask & (c[None, :] < n_cols)
+        x = tl.load(x_rows + c[None, :] * x_col_stride, mask=mask, other=float("-inf")).to(tl.float32)
+        out = tl.exp(x - row_max[:, None]) * inv_sum[:, None]
+        tl.store(out_rows + c[None, :] * out_col_stride, out.to(out_ptr.dtype.element_ty), mask=mask)
+
+
+_KERNELS = {"single": _softmax_single_kernel, "online": _softmax_online_kernel}
+
+
+def _launch_rows(x: torch.Tensor, out: torch.Tensor, config: dict) -> None:
+    """Softmax of each row of the 2-D x into the 2-D out (any strides) with one config."""
+    n_rows, n_cols = x.shape
+    rows_per_program = config["ROWS_PER_PROGRAM"]
+    _KERNELS[config["variant"]][(triton.cdiv(n_rows, rows_per_program),)](
+        x, out, n_rows, n_cols, x.stride(0), x.stride(1), out.stride(0), out.stride(1),
+        BLOCK_SIZE=config["BLOCK_SIZE"], ROWS_PER_PROGRAM=rows_per_program,
+        num_warps=config["num_warps"], num_stages=config["num_stages"],
+    )
+
+
+def _as_rows(t: torch.Tensor, dim: int) -> torch.Tensor | None:
+    """t with dim moved last, viewed as (rows, N) without a copy; None where the layout does not allow it."""
+    moved = t.movedim(dim, -1)
+    try:
+        return moved.view(-1, moved.shape[-1])
+    except RuntimeError:
+        return None
+
+
+def launch(inputs: Inputs, config: dict, out: torch.Tensor) -> torch.Tensor:
+    """Softmax of inputs["x"] along inputs["dim"] into `out` (same shape, any layout) with one config."""
+    x, dim = inputs["x"], inputs["dim"]
+    if x.numel() == 0:
+        return out
+    moved = x.movedim(dim, -1)
+    rows = moved.reshape(-1, moved.shape[-1])  # a view when strides allow, else a contiguous copy
+    out_rows = _as_rows(out, dim)
+    if out_rows is not None:
+        _launch_rows(rows, out_rows, config)
+        return out
+    # Through a copy of out, not fresh memory, so an element the kernel leaves unwritten keeps out's value.
+    tmp = out.movedim(dim, -1).contiguous()
+    _launch_rows(rows, tmp.view(rows.shape), config)
+    out.movedim(dim, -1).copy_(tmp)
+    return out
+
+
+def reference(inputs: Inputs) -> torch.Tensor:
+    return torch.softmax(inputs["x"].double(), inputs["dim"])
+
+
+def baseline(inputs: Inputs) -> torch.Tensor:
+    return torch.softmax(inputs["x"], inputs["dim"])
+
+
+LAYOUTS = ("contiguous", "transposed", "sliced")
+NEG_INF = ("none", "some", "row", "prefix")
+"""-inf in the input: none; at about 10% of positions; one whole row; the first half of every row
+(a padding mask: a chunked kernel sees whole blocks of -inf before any finite value)."""
+
+
+def problems(max_numel: int) -> st.SearchStrategy[dict]:
+    return shapes(1, 4, max_numel, allow_empty=True).flatmap(
+        lambda shape: st.fixed_dictionaries(
+            {
+                "shape": st.just(shape),
+                "dim": st.integers(-len(shape), len(shape) - 1),
+                "layout": st.sampled_from(LAYOUTS),
+                "magnitude": magnitudes(),
+                "neg_inf": st.sampled_from(NEG_INF),
+            }
+        )
+    )
+
+
+def make_inputs(problem: dict, dtype: torch.dtype, device: torch.device, seed: int) -> Inputs:
+    gen = torch.Generator().manual_seed(seed)
+    shape = list(problem["shape"])
+    dim = problem.get("dim", -1)
+    d = dim % len(shape)
+    # Drawn with dim last, so rows are easy to address, then moved back into place.
+    values = torch.randn(shape[:d] + shape[d + 1 :] + [shape[d]], generator=gen) * problem.get("magnitude", 1.0)
+    if values.numel():
+        rows = values.view(-1, shape[d])
+        neg_inf = problem.get("neg_inf", "none")
+        if neg_inf == "some":
+            rows[torch.rand(rows.shape, generator=gen) < 0.1] = float("-inf")
+        elif neg_inf == "row":
+            rows[int(torch.randint(rows.shape[0], (1,), generator=gen))] = float("-inf")
+        elif neg_inf == "prefix":
+            rows[:, : shape[d] // 2] = float("-inf")
+    # The layout is made on the device: moving a strided view between devices would make it contiguous.
+    x = values.movedim(-1, d).to(device=device, dtype=dtype)
+    layout = problem.get("layout", "contiguous")
+    if layout == "transposed" and len(shape) >= 2:
+        reverse = list(range(len(shape)))[::-1]
+        x = x.permute(reverse).contiguous().permute(reverse)
+    elif layout == "sliced":
+        x = torch.empty(shape[:-1] + [2 * shape[-1]], dtype=dtype, device=device)[..., ::2].copy_(x)
+    else:
+        x = x.contiguous()
+    return {"x": x, "dim": dim}
+
+
+def cost(problem: dict, dtype: torch.dtype) -> Cost:
+    rows, n = row_shape(problem)
+    numel = rows * n
+    return Cost(flops=5 * numel, bytes=2 * numel * dtype.itemsize)
+
+
+def parse_shape(text: str) -> dict:
+    """'4096x8192' or '8x128x1000' -> a contiguous problem of that shape, softmax over the last dim."""
+    try:
+        shape = [int(s) for s in text.lower().replace("*", "x").split("x")]
+    except ValueError:
+        raise ValueError(f"shape {text!r}: expected sizes separated by 'x', like 4096x8192") from None
+    if any(s < 0 for s in shape):
+        raise ValueError(f"shape {text!r}: sizes must be >= 0")
+    return {"shape": shape, "dim": -1, "layout": "contiguous", "magnitude": 1.0, "neg_inf": "none"}
+
+
+SPEC = KernelSpec(
+    name="softmax",
+    space=SPACE,
+    launch=launch,
+    reference=reference,
+    baseline=baseline,
+    problems=problems,
+    make_inputs=make_inputs,
+    bucket=bucket,
+    cost=cost,
+    presets=[parse_shape(f"4096x{n}") for n in (1024, 4096, 8192, 16384, 32768)] + [parse_shape("1024x131072")],
+    parse_shape=parse_shape,
+    sources=(_softmax_single_kernel, _softmax_online_kernel),
+    description="softmax along one dim (torch.softmax)",
+)
+
+_TUNED = runtime.tuned(SPEC)
+
+
+def softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
+    """torch.softmax(x, dim) for a float tensor, with the tuned config; the result has x's dtype.
+
+    Differentiable: the backward is PyTorch arithmetic on the saved output (not a tuned kernel yet).
+    """
+    _checks.float_tensor("x", x)
+    try:
+        dim = operator.index(dim)
+    except TypeError:
+        raise TypeError(f"dim must be an int, got {type(dim).__name__}") from None
+    rank = x.dim()
+    span = max(rank, 1)  # like torch, a 0-d tensor takes dim 0 or -1
+    if not -span <= dim < span:
+        raise IndexError(f"dim={dim} is out of range for a tensor of rank {rank}: expected {-span} to {span - 1}")
+    if x.requires_grad and torch.is_grad_enabled():
+        return _Softmax.apply(x, dim)
+    return _forward(x, dim)
+
+
+class _Softmax(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, dim: int) -> torch.Tensor:
+        y = _forward(x, dim)
+        ctx.save_for_backward(y)
+        ctx.dim = dim
+        return y
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        (y,) = ctx.saved_tensors
+        y32, g32 = y.float(), grad.float()
+        dx = y32 * (g32 - (g32 * y32).sum(ctx.dim, keepdim=True))
+        return dx.to(y.dtype), None
+
+
+def _forward(x: torch.Tensor, dim: int) -> torch.Tensor:
+    rank = x.dim()
+    if rank == 0:
+        return _forward(x.reshape(1), 0).reshape(())
+    dim %= rank
+    last = dim == rank - 1
+    moved = x if last else x.movedim(dim, -1)
+    out = torch.empty(moved.shape, dtype=x.dtype, device=x.device)
+    if out.numel():
+        n = moved.shape[-1]
+        rows = moved.reshape(-1, n)  # a view when strides allow (contiguous, 2-D dim=0, ...), else a copy
+        config = _TUNED.config(
+            x.dtype, f"m={next_pow2(rows.shape[0])},n={next_pow2(n)}", lambda: {"shape": list(x.shape), "dim": dim}
+        )
+        runtime.note_launch("softmax", config)
+        _launch_rows(rows, out.view(rows.shape), config)
+    return out if last else out.movedim(-1, dim)

@@ -1,0 +1,123 @@
+"""Same-run benchmark: tuned (what users call) vs the default config vs PyTorch eager vs torch.compile.
+
+    python benchmarks/compare.py --kernel softmax --kernel vector_add --out benchmarks/results/NAME
+
+Writes NAME.md (readable table) and NAME.json (one record per kernel, problem, dtype and implementation)
+with the GPU name, versions and date. Medians of triton.testing.do_bench, random inputs, one process.
+"""
+
+from __future__ import annotations
+
+import autotune  # first: picks the Triton interpreter when there is no GPU, before Triton is imported
+import argparse
+import datetime
+import json
+import pathlib
+import platform
+
+import torch
+import triton
+from tabulate import tabulate
+
+import autotune.kernels
+from autotune import bench, gpu, runtime
+from autotune.spec import DTYPE_NAMES, dtype_from_name
+
+PUBLIC = {"vector_add": lambda i: autotune.kernels.add(i["x"], i["y"]), "softmax": lambda i: autotune.kernels.softmax(i["x"], i.get("dim", -1))}
+
+
+def _compiled_baseline(spec):
+    return torch.compile(spec.baseline, dynamic=False)
+
+
+def run(kernels: list[str], dtypes: list[torch.dtype], shapes: dict[str, list[str]]) -> dict:
+    info = gpu.current_gpu()
+    copy_gbs = bench.copy_bandwidth_gbs()
+    records = []
+    for name in kernels:
+        spec = autotune.get(name)
+        problems = [spec.parse_shape(s) for s in shapes.get(name, [])] or list(spec.presets_here())
+        compiled = _compiled_baseline(spec)
+        for dtype in dtypes:
+            for problem in problems:
+                inputs = spec.make_inputs(problem, dtype, gpu.device(), 0)
+                out = spec.baseline(inputs).new_empty(spec.baseline(inputs).shape)
+                default = dict(spec.space.default)
+                bucket = spec.bucket(problem)
+                choice = runtime.tuned(spec).resolve(dtype, bucket, problem)
+                impls = {
+                    "tuned": lambda: PUBLIC[name](inputs),
+                    "default": lambda: spec.launch(inputs, default, out),
+                    "torch": lambda: spec.baseline(inputs),
+                    "compile": lambda: compiled(inputs),
+                }
+                cost = spec.cost(problem, dtype)
+                for impl, fn in impls.items():
+                    ms = bench.time_ms(fn, warmup_ms=50, rep_ms=300)
+                    r = bench.rate(cost, ms, bound=spec.bound, dtype_name=DTYPE_NAMES[dtype], info=info)
+                    records.append(
+                        {
+                            "kernel": name, "problem": problem, "shape": "x".join(map(str, problem["shape"])),
+                            "dtype": DTYPE_NAMES[dtype], "impl": impl, "median_ms": ms, "gbs": r.gbs, "tflops": r.tflops,
+                            "pct_copy_bw": 100 * r.gbs / copy_gbs if copy_gbs else None,
+                            "config": json.dumps(choice.config if impl == "tuned" else default) if impl in ("tuned", "default") else None,
+                            "config_source": choice.source if impl == "tuned" else None,
+                        }
+                    )
+    return {
+        "gpu": info.name, "device_name": info.device_name, "torch": torch.__version__, "triton": triton.__version__,
+        "autotune": autotune.__version__, "python": platform.python_version(),
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "copy_bandwidth_gbs": copy_gbs, "interpreter": info.is_interpreter, "records": records,
+    }
+
+
+def table(report: dict) -> str:
+    rows = {}
+    for r in report["records"]:
+        key = (r["kernel"], r["dtype"], r["shape"])
+        row = rows.setdefault(key, {"kernel": r["kernel"], "dtype": r["dtype"], "shape": r["shape"]})
+        row[f"{r['impl']} ms"] = r["median_ms"]
+        row[f"{r['impl']} GB/s"] = r["gbs"]
+        if r["impl"] == "tuned":
+            row["config from"] = r["config_source"]
+    out = []
+    for row in rows.values():
+        t = row["tuned ms"]
+        row["vs default"] = row["default ms"] / t
+        row["vs torch"] = row["torch ms"] / t
+        row["vs compile"] = row["compile ms"] / t
+        row["vs best of torch/compile"] = min(row["torch ms"], row["compile ms"]) / t
+        if report["copy_bandwidth_gbs"]:
+            row["tuned % copy BW"] = 100 * row["tuned GB/s"] / report["copy_bandwidth_gbs"]
+        out.append(row)
+    head = (
+        f"GPU: {report['gpu']} ({report['device_name']}); torch {report['torch']}; triton {report['triton']}; "
+        f"date {report['date']}; measured copy bandwidth {report['copy_bandwidth_gbs'] or 0:.0f} GB/s\n\n"
+    )
+    return head + tabulate(out, headers="keys", floatfmt=".4g", tablefmt="github") + "\n"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--kernel", action="append", default=None)
+    parser.add_argument("--dtype", action="append", default=None)
+    parser.add_argument("--shape", action="append", default=[], help="KERNEL=SHAPE, repeatable")
+    parser.add_argument("--out", required=True, help="path prefix for .md and .json")
+    args = parser.parse_args()
+    shapes: dict[str, list[str]] = {}
+    for item in args.shape:
+        k, _, s = item.partition("=")
+        shapes.setdefault(k, []).append(s)
+    dtypes = [dtype_from_name(d) for d in (args.dtype or ["bf16", "fp16", "fp32"])]
+    report = run(args.kernel or ["vector_add", "softmax"], dtypes, shapes)
+    out = pathlib.Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.with_suffix(".json").write_text(json.dumps(report, indent=1))
+    text = table(report)
+    out.with_suffix(".md").write_text(text)
+    print(text)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# The GPU work of one device session, in stages: bash benchmarks/gpu_session.sh STAGE...
+# Stages: check | search-add | search-softmax | compare | hot-path | quality
+# The config database is $AUTOTUNE_DB (default $OUT/tuned.sqlite); logs go to $OUT.
+set -uo pipefail
+export PYTHONUNBUFFERED=1
+OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
+export AUTOTUNE_DB=${AUTOTUNE_DB:-$OUT/tuned.sqlite}
+GPU=${GPU:-H100}
+stamp=$(date -u +%Y-%m-%d)
+at() { python3 -m autotune "$@"; }
+for stage in "$@"; do
+  echo "=== $stage $(date -u +%T)"
+  case $stage in
+    check)
+      nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv
+      python3 -c 'import torch, triton, optuna, sqlalchemy; print(torch.__version__, triton.__version__, optuna.__version__, sqlalchemy.__version__)'
+      at gpu
+      at verify vector_add --examples 60 && at verify softmax --examples 60
+      ;;
+    search-add)
+      at search vector_add --gpu "$GPU" --trials "${TRIALS_ADD:-30}" --dtype bf16 --dtype fp16 --dtype fp32 2>&1 | tee -a "$OUT/search.log" | grep -v '%|' ;;
+    search-softmax)
+      at search softmax --gpu "$GPU" --trials "${TRIALS_SOFTMAX:-40}" --dtype bf16 --dtype fp16 --dtype fp32 2>&1 | tee -a "$OUT/search.log" | grep -v '%|' ;;
+    compare)
+      python3 benchmarks/compare.py --kernel vector_add --kernel softmax --out "$OUT/compare-$GPU-$stamp" ;;
+    hot-path)
+      python3 benchmarks/hot_path.py --out "$OUT/hot-path-$GPU-$stamp" ;;
+    quality)
+      python3 benchmarks/search_quality.py --kernel softmax --dtype bf16 ${QUALITY_SHAPES:---shape 4096x4096 --shape 4096x32768 --shape 1024x131072} --out "$OUT/search-quality-$GPU-$stamp" ;;
+    *) echo "unknown stage $stage"; exit 2 ;;
+  esac
+done

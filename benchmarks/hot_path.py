@@ -1,0 +1,88 @@
+"""Hot-path cost of a tuned call: the public function against launching the same config directly.
+
+    python benchmarks/hot_path.py --out benchmarks/results/NAME
+
+Host time per call over many calls of a small problem (the GPU work is tiny, so host cost dominates),
+both paths allocating their output the same way. The difference is what autotune adds: argument
+checks, the bucket key and the config lookup. The lookup alone is timed too.
+"""
+
+from __future__ import annotations
+
+import autotune  # first: picks the Triton interpreter when there is no GPU, before Triton is imported
+import argparse
+import datetime
+import json
+import pathlib
+import statistics
+import time
+
+import torch
+import triton
+
+import autotune.kernels
+from autotune import gpu, runtime
+from autotune.kernels import fused_softmax, vector_add
+
+
+def per_call_us(fn, calls: int = 20000, repeats: int = 7) -> float:
+    """Median over repeats of the mean host time per call (synchronizing once per repeat)."""
+    for _ in range(200):
+        fn()
+    sync = torch.cuda.synchronize if gpu.device().type == "cuda" else (lambda: None)
+    sync()
+    samples = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        sync()
+        samples.append((time.perf_counter() - start) / calls * 1e6)
+    return statistics.median(samples)
+
+
+def measure(calls: int) -> list[dict]:
+    dev = gpu.device()
+    rows = []
+    x = torch.randn(4096, device=dev, dtype=torch.float16)
+    y = torch.randn(4096, device=dev, dtype=torch.float16)
+    s = torch.randn(8, 256, device=dev, dtype=torch.float16)
+    cases = [
+        ("vector_add", vector_add, lambda: autotune.kernels.add(x, y), {"x": x, "y": y}, x, "n=4096", {"shape": [4096]}),
+        ("softmax", fused_softmax, lambda: autotune.kernels.softmax(s, -1), {"x": s, "dim": -1}, s,
+         fused_softmax.bucket({"shape": [8, 256], "dim": -1}), {"shape": [8, 256], "dim": -1}),
+    ]
+    for name, module, public, inputs, like, bucket, problem in cases:
+        table = runtime.tuned(module.SPEC)
+        config = table.resolve(like.dtype, bucket, problem).config
+
+        def direct():
+            return module.launch(inputs, config, torch.empty(like.shape, dtype=like.dtype, device=like.device))
+
+        public_us = per_call_us(public, calls)
+        direct_us = per_call_us(direct, calls)
+        lookup_us = per_call_us(lambda: table.config(like.dtype, bucket, lambda: problem), calls * 5)
+        rows.append({"kernel": name, "public_us": public_us, "direct_launch_us": direct_us,
+                     "overhead_us": public_us - direct_us, "lookup_only_us": lookup_us, "config": config})
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--calls", type=int, default=20000)
+    args = parser.parse_args()
+    info = gpu.current_gpu()
+    report = {"gpu": info.name, "device_name": info.device_name, "torch": torch.__version__, "triton": triton.__version__,
+              "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+              "rows": measure(args.calls)}
+    out = pathlib.Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.with_suffix(".json").write_text(json.dumps(report, indent=1))
+    for r in report["rows"]:
+        print(f"{r['kernel']}: public {r['public_us']:.2f} us/call, direct launch {r['direct_launch_us']:.2f} us/call, "
+              f"overhead {r['overhead_us']:.2f} us, lookup alone {r['lookup_only_us']:.3f} us")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,87 @@
+import csv
+import io
+import json
+import sqlite3
+
+import pytest
+from click.testing import CliRunner
+
+import autotune
+from autotune import gpu
+from autotune.cli import main
+from autotune.kernels import vector_add
+
+
+@pytest.fixture
+def cli():
+    return CliRunner()
+
+
+def test_verify_prints_a_table_and_passes_the_shipped_kernel(cli):
+    result = cli.invoke(main, ["verify", "vector_add", "--examples", "10", "--dtype", "fp16"])
+    assert result.exit_code == 0, result.output
+    assert "pass" in result.output and "fp16" in result.output
+
+
+def test_verify_takes_a_module_attr_path_and_exits_nonzero_on_a_wrong_config(cli):
+    config = json.dumps({"BLOCK_SIZE": 2048, "num_warps": 4, "num_stages": 1})
+    result = cli.invoke(main, ["verify", "wrong_kernels:TAIL_BUG_ADD", "--config", config, "--dtype", "fp32", "--examples", "60"])
+    assert result.exit_code == 1
+    assert "FAIL" in result.output and "incorrect on" in result.output and '"shape"' in result.output
+
+
+def test_bad_arguments_are_one_clear_line_not_a_traceback(cli):
+    cases = [
+        (["verify", "no_such_kernel"], "unknown kernel 'no_such_kernel'"),
+        (["verify", "vector_add", "--config", '{"BLOCK_SIZE": 3}'], "BLOCK_SIZE"),
+        (["verify", "vector_add", "--dtype", "int8"], "dtype 'int8'"),
+        (["search", "vector_add", "--gpu", "H100", "--trials", "1"], "a search measures the GPU it runs on"),
+        (["search", "vector_add", "--shape", "12xfoo", "--trials", "1"], "expected sizes separated by 'x'"),
+    ]
+    for args, message in cases:
+        result = cli.invoke(main, args)
+        assert result.exit_code != 0, args
+        assert message in result.output, (args, result.output)
+        assert "Traceback" not in result.output
+
+
+def test_search_then_query_shows_the_stored_row_in_every_format(cli, user_db):
+    result = cli.invoke(main, ["search", "vector_add", "--dtype", "fp32", "--shape", "3000", "--trials", "4", "--examples", "3"])
+    assert result.exit_code == 0, result.output
+    assert "n=4096" in result.output and "True" in result.output
+
+    table = cli.invoke(main, ["query", "vector_add"])
+    assert table.exit_code == 0 and gpu.CPU_INTERPRETER in table.output and "n=4096" in table.output
+    rows = json.loads(cli.invoke(main, ["query", "vector_add", "--format", "json"]).output)
+    assert len(rows) == 1 and rows[0]["bucket"] == "n=4096" and rows[0]["current"] is True
+    assert vector_add.SPACE.validate(json.loads(rows[0]["config"]))
+    parsed = list(csv.DictReader(io.StringIO(cli.invoke(main, ["query", "vector_add", "--format", "csv"]).output)))
+    assert [r["bucket"] for r in parsed] == ["n=4096"]
+    # --gpu selects rows by GPU, and needs no such GPU here.
+    assert json.loads(cli.invoke(main, ["query", "vector_add", "--gpu", "h100", "--format", "json"]).output) == []
+
+
+def test_db_export_and_merge_move_rows_between_files(cli, user_db, tmp_path):
+    assert cli.invoke(main, ["search", "vector_add", "--dtype", "fp32", "--shape", "100", "--trials", "2", "--examples", "2"]).exit_code == 0
+    exported = tmp_path / "cpu.sqlite"
+    result = cli.invoke(main, ["db", "export", "--gpu", gpu.CPU_INTERPRETER, "-o", str(exported)])
+    assert result.exit_code == 0 and "exported 1 row" in result.output
+    assert cli.invoke(main, ["db", "export", "--gpu", gpu.CPU_INTERPRETER, "-o", str(exported)]).exit_code != 0
+
+    target = tmp_path / "other.sqlite"
+    result = cli.invoke(main, ["db", "merge", str(exported), "--db", str(target)])
+    assert result.exit_code == 0 and "1 row(s) read, 1 taken" in result.output
+    with sqlite3.connect(target) as con:
+        assert con.execute("select kernel, bucket from best_configs").fetchall() == [("vector_add", "n=128")]
+
+
+def test_a_registered_user_kernel_is_reachable_by_name(cli):
+    import dataclasses
+
+    spec = dataclasses.replace(vector_add.SPEC, name="my_add", _hash=[])
+    autotune.register(spec)
+    assert autotune.get("my_add") is spec and "my_add" in autotune.names()
+    with pytest.raises(ValueError, match="already registered"):
+        autotune.register(dataclasses.replace(spec, name="vector_add"))
+    result = cli.invoke(main, ["verify", "my_add", "--examples", "5", "--dtype", "fp32"])
+    assert result.exit_code == 0 and "my_add" in result.output
