@@ -6,7 +6,7 @@ from __future__ import annotations
 import contextlib
 import os
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Hashable, Iterator
 from dataclasses import dataclass
 
 import torch
@@ -14,6 +14,9 @@ import torch
 from autotune import gpu
 from autotune.space import Config, InvalidConfig, Problem
 from autotune.spec import DTYPE_NAMES, KernelSpec
+
+
+MAX_SHAPES_REMEMBERED = 4096
 
 
 class StoredConfigWarning(UserWarning):
@@ -69,6 +72,7 @@ class TunedConfigs:
     def __init__(self, spec: KernelSpec) -> None:
         self.spec = spec
         self._cache: dict[tuple[torch.dtype, str], Config] = {}
+        self._by_key: dict[tuple[torch.dtype, Hashable], Config] = {}
         self._choices: dict[tuple[torch.dtype, str], Choice] = {}
         self._stored: dict[torch.dtype, list[tuple[str, Config, str]]] = {}
 
@@ -77,6 +81,15 @@ class TunedConfigs:
         cfg = self._cache.get((dtype, bucket))
         if cfg is None:
             cfg = self.resolve(dtype, bucket, problem()).config
+        return cfg
+
+    def lookup(self, dtype: torch.dtype, key: Hashable, bucket: Callable[[], str], problem: Callable[[], Problem]) -> Config:
+        """The config for a call, memoized by an exact-shape key (hot path: one dict lookup)."""
+        cfg = self._by_key.get((dtype, key))
+        if cfg is None:
+            if len(self._by_key) > MAX_SHAPES_REMEMBERED:
+                self._by_key.clear()
+            cfg = self._by_key[(dtype, key)] = self.config(dtype, bucket(), problem)
         return cfg
 
     def resolve(self, dtype: torch.dtype, bucket: str, problem: Problem) -> Choice:
@@ -96,6 +109,7 @@ class TunedConfigs:
     def clear(self) -> None:
         """Forget cached configs and stored rows (after the database changed)."""
         self._cache.clear()
+        self._by_key.clear()
         self._choices.clear()
         self._stored.clear()
 

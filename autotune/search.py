@@ -18,6 +18,8 @@ from autotune.spec import DTYPE_NAMES, KernelSpec
 from autotune.verify import ReferenceCache, check_problem, verify
 
 SAMPLERS = ("tpe", "gp", "random", "grid")
+MAX_TRIALS_PER_EVALUATION = 20
+"""Bound on trials (mostly constraint-rejected, free) per evaluation a search may spend."""
 COMPILE_ERRORS = ("CompilationError", "OutOfResources", "CompileTimeAssertionFailure")
 
 
@@ -49,7 +51,7 @@ class SearchResult:
     examples_verified: int
     rate: bench.Rate | None
     trials: list[TrialOutcome] = field(default_factory=list)
-    evaluations: int = 0  # distinct configs measured (repeats of a config are served from cache)
+    evaluations: int = 0  # distinct configs compiled and checked (rejected ones and repeats cost nothing)
     stored: bool = False
     study_name: str = ""
 
@@ -87,8 +89,8 @@ def make_sampler(name: str, spec: KernelSpec, seed: int | None) -> optuna.sample
         return optuna.samplers.GPSampler(seed=seed)
     if name == "random":
         return optuna.samplers.RandomSampler(seed=seed)
-    if name == "grid":
-        return optuna.samplers.GridSampler(spec.space.optuna_grid(), seed=seed)
+    if name == "grid":  # the search enqueues every valid config; the sampler only fills gaps
+        return optuna.samplers.RandomSampler(seed=seed)
     raise ValueError(f"sampler {name!r} is not one of {list(SAMPLERS)}")
 
 
@@ -103,11 +105,16 @@ class Evaluator:
         self.spec, self.problem, self.dtype = spec, problem, dtype
         self.examples, self.seed, self.max_numel = examples, seed, max_numel
         self.inputs = spec.make_inputs(problem, dtype, gpu.device(), seed)
+        self.edges = spec.edges_for(problem)[1:]
         self._out = spec.baseline(self.inputs).new_empty(spec.baseline(self.inputs).shape)
         self.cache: dict[str, TrialOutcome] = {}
         self.references = ReferenceCache()
         self.timing = {"warmup_ms": 25.0, "rep_ms": 100.0}
         self.examples_passed: dict[str, int] = {}
+
+    def evaluated(self) -> int:
+        """Distinct configs compiled and checked so far."""
+        return sum(o.outcome != "invalid" for o in self.cache.values())
 
     def baseline_ms(self) -> float:
         return bench.time_ms(lambda: self.spec.baseline(self.inputs))
@@ -128,7 +135,8 @@ class Evaluator:
             kind = "compile_error" if failure.reason.startswith(COMPILE_ERRORS) else failure.kind
             return TrialOutcome(number, config, kind, failure.reason, example=failure.problem)
         result = verify(
-            self.spec, config, self.dtype, examples=self.examples, seed=self.seed, max_numel=self.max_numel, cache=self.references
+            self.spec, config, self.dtype, examples=self.examples, seed=self.seed, max_numel=self.max_numel,
+            extra_problems=self.edges, cache=self.references,
         )
         if result.failure is not None:
             f = result.failure
@@ -181,7 +189,7 @@ def search(
     best: list[float] = []
 
     def objective(trial: optuna.Trial) -> float:
-        outcome = evaluator(spec.space.suggest(trial), trial.number)
+        outcome = evaluator(spec.space.suggest(trial, problem), trial.number)
         outcomes.append(outcome)
         trial.set_user_attr("outcome", outcome.outcome)
         if outcome.reason:
@@ -196,17 +204,32 @@ def search(
             raise optuna.TrialPruned(outcome.reason)  # TPE ranks pruned trials below every measured one
         return outcome.time_ms
 
-    n_trials = trials  # the grid sampler stops the study by itself once every point is done
-    study.optimize(objective, n_trials=n_trials, timeout=timeout, catch=())
+    if sampler == "grid":  # every config the constraints allow, each once
+        for config in spec.space.grid_for(problem):
+            study.enqueue_trial(config, skip_if_exists=True)
+        budget = len(spec.space.grid_for(problem))
+    else:
+        budget = trials
+
+    def enough(study: optuna.Study, _trial: optuna.trial.FrozenTrial) -> None:
+        # Configs the constraints reject cost nothing (never compiled), nor do repeats (cached):
+        # the budget counts distinct configs evaluated.
+        if evaluator.evaluated() >= budget:
+            study.stop()
+
+    study.optimize(objective, n_trials=budget * MAX_TRIALS_PER_EVALUATION, timeout=timeout, callbacks=[enough], catch=())
 
     result = SearchResult(
         kernel=spec.name, gpu=info.name, dtype=DTYPE_NAMES[dtype], bucket=bucket, problem=problem,
         best_config=None, best_ms=None, default_ms=None, baseline_ms=evaluator.baseline_ms(),
-        examples_verified=0, rate=None, trials=outcomes, evaluations=len(evaluator.cache), study_name=name,
+        examples_verified=0, rate=None, trials=outcomes, evaluations=evaluator.evaluated(), study_name=name,
     )
     result.default_ms = evaluator(dict(spec.space.default)).time_ms
     for outcome in sorted((o for o in outcomes if o.outcome == "ok"), key=lambda o: o.time_ms):
-        final = verify(spec, outcome.config, dtype, examples=final_examples, seed=seed + 1, max_numel=max_numel)
+        final = verify(
+            spec, outcome.config, dtype, examples=final_examples, seed=seed + 1, max_numel=max_numel,
+            extra_problems=evaluator.edges,
+        )
         if final.passed:
             result.best_config, result.best_ms = outcome.config, outcome.time_ms
             key = json.dumps(outcome.config, sort_keys=True)

@@ -45,6 +45,10 @@ class SearchSpace:
     params: tuple[Param, ...]
     default: Mapping[str, Any]
     constraints: tuple[Constraint, ...] = ()
+    suggest_fn: Callable[[Any, Problem], Config] | None = None
+    """Optional define-by-run sampling (Optuna conditional parameters): draws only the parameters a
+    branch uses and derives the rest from the problem, so the sampler wastes no trials on configs the
+    constraints reject. Must use the parameter names and values of `params`."""
     _by_name: dict[str, Param] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -96,10 +100,9 @@ class SearchSpace:
     def size(self) -> int:
         return math.prod(len(p.values) for p in self.params)
 
-    def suggest(self, trial: Any) -> Config:
-        """Draw a config from an Optuna trial (one categorical per parameter)."""
+    def suggest(self, trial: Any, problem: Problem | None = None) -> Config:
+        """Draw a config from an Optuna trial: the space's own sampling if it has one, else one
+        categorical per parameter."""
+        if self.suggest_fn is not None and problem is not None:
+            return self.validate(self.suggest_fn(trial, problem))
         return {p.name: trial.suggest_categorical(p.name, list(p.values)) for p in self.params}
-
-    def optuna_grid(self) -> dict[str, Sequence[Any]]:
-        """The search space in the form optuna.samplers.GridSampler takes."""
-        return {p.name: list(p.values) for p in self.params}

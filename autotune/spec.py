@@ -53,6 +53,8 @@ class KernelSpec:
         presets: problems `search` tunes when no shape is given (`interpreter_presets` without a GPU).
         parse_shape: turns a CLI `--shape` string into a problem.
         sources: the @triton.jit functions (or any Python objects) whose source defines the kernel.
+        bucket_edges: edge-case problems in (or next to) a problem's bucket that every config tuned
+            for that bucket must pass: where a config only runs in its own bucket, random draws rarely land there.
     """
 
     name: str
@@ -68,6 +70,7 @@ class KernelSpec:
     parse_shape: Callable[[str], Problem]
     sources: Sequence[Any] = ()
     interpreter_presets: Sequence[Problem] = ()
+    bucket_edges: Callable[[Problem], Sequence[Problem]] | None = None
     dtypes: tuple[torch.dtype, ...] = (torch.float32, torch.float16, torch.bfloat16)
     bound: str = "memory"  # "memory" or "compute": which roofline a result is judged against
     description: str = ""
@@ -79,6 +82,10 @@ class KernelSpec:
         if not self._hash:
             self._hash.append(_source_hash(self))
         return self._hash[0]
+
+    def edges_for(self, problem: Problem) -> list[Problem]:
+        """The problem itself and its bucket's edge cases."""
+        return [problem, *(self.bucket_edges(problem) if self.bucket_edges else ())]
 
     def presets_here(self) -> Sequence[Problem]:
         """The preset problems for this machine: small ones under the interpreter, if the kernel has them."""

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The GPU work of one device session, in stages: bash benchmarks/gpu_session.sh STAGE...
-# Stages: check | search-add | search-softmax | compare | hot-path | quality
+# Stages: check | search-add | search-softmax | search-fix | reverify | gpu-tests | compare | hot-path | quality
 # The config database is $AUTOTUNE_DB (default $OUT/tuned.sqlite); logs go to $OUT.
 set -uo pipefail
 export PYTHONUNBUFFERED=1
@@ -22,10 +22,17 @@ for stage in "$@"; do
       at search vector_add --gpu "$GPU" --trials "${TRIALS_ADD:-30}" --dtype bf16 --dtype fp16 --dtype fp32 2>&1 | tee -a "$OUT/search.log" | grep -v '%|' ;;
     search-softmax)
       at search softmax --gpu "$GPU" --trials "${TRIALS_SOFTMAX:-40}" --dtype bf16 --dtype fp16 --dtype fp32 2>&1 | tee -a "$OUT/search.log" | grep -v '%|' ;;
+    search-fix)
+      at search softmax --gpu "$GPU" --trials 30 --shape 4096x16384 2>&1 | tee -a "$OUT/search.log" | grep -v '%|'
+      at search softmax --gpu "$GPU" --trials 30 --dtype fp32 --shape 4096x32768 --shape 1024x131072 2>&1 | tee -a "$OUT/search.log" | grep -v '%|' ;;
     compare)
       python3 benchmarks/compare.py --kernel vector_add --kernel softmax --out "$OUT/compare-$GPU-$stamp" ;;
     hot-path)
       python3 benchmarks/hot_path.py --out "$OUT/hot-path-$GPU-$stamp" ;;
+    reverify)
+      python3 benchmarks/reverify_db.py --db "$AUTOTUNE_DB" --examples "${REVERIFY_EXAMPLES:-100}" --out "$OUT/reverify-$GPU-$stamp" ;;
+    gpu-tests)
+      python3 -m pytest -q -m gpu tests/test_gpu.py -p no:cacheprovider ;;
     quality)
       python3 benchmarks/search_quality.py --kernel softmax --dtype bf16 ${QUALITY_SHAPES:---shape 4096x4096 --shape 4096x32768 --shape 1024x131072} --out "$OUT/search-quality-$GPU-$stamp" ;;
     *) echo "unknown stage $stage"; exit 2 ;;

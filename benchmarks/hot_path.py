@@ -57,11 +57,12 @@ def measure(calls: int) -> list[dict]:
         config = table.resolve(like.dtype, bucket, problem).config
 
         def direct():
-            return module.launch(inputs, config, torch.empty(like.shape, dtype=like.dtype, device=like.device))
+            return module.launch(inputs, config, torch.empty_like(like, memory_format=torch.contiguous_format))
 
         public_us = per_call_us(public, calls)
         direct_us = per_call_us(direct, calls)
-        lookup_us = per_call_us(lambda: table.config(like.dtype, bucket, lambda: problem), calls * 5)
+        key = like.numel() if name == "vector_add" else tuple(like.reshape(-1, like.shape[-1]).shape)
+        lookup_us = per_call_us(lambda: table.lookup(like.dtype, key, lambda: bucket, lambda: problem), calls * 5)
         rows.append({"kernel": name, "public_us": public_us, "direct_launch_us": direct_us,
                      "overhead_us": public_us - direct_us, "lookup_only_us": lookup_us, "config": config})
     return rows

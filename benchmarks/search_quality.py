@@ -67,7 +67,7 @@ def grid_times(spec, problem, dtype, examples: int, workers: int) -> tuple[dict[
     return table, time.perf_counter() - start
 
 
-def evaluations_to_target(spec, table: dict[str, dict], sampler_name: str, seed: int, target: float, budget: int) -> int | None:
+def evaluations_to_target(spec, problem, table: dict[str, dict], sampler_name: str, seed: int, target: float, budget: int) -> int | None:
     """Distinct valid configs a study evaluates until one is within target; None if never within budget."""
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     study = optuna.create_study(sampler=make_sampler(sampler_name, spec, seed), direction="minimize")
@@ -76,7 +76,7 @@ def evaluations_to_target(spec, table: dict[str, dict], sampler_name: str, seed:
     hit: list[int] = []
 
     def objective(trial):
-        key = json.dumps(spec.space.suggest(trial), sort_keys=True)
+        key = json.dumps(spec.space.suggest(trial, problem), sort_keys=True)
         entry = table[key]
         if entry["outcome"] != "invalid":  # invalid configs are rejected before compiling: free
             seen.add(key)
@@ -122,7 +122,7 @@ def main() -> None:
                  "default_ms": table[json.dumps(dict(spec.space.default), sort_keys=True)]["time_ms"],
                  "outcomes": {o: sum(1 for v in table.values() if v["outcome"] == o) for o in {v["outcome"] for v in table.values()}}}
         for sampler_name in ("tpe", "random"):
-            runs = [evaluations_to_target(spec, table, sampler_name, seed, target, evaluated) for seed in range(args.seeds)]
+            runs = [evaluations_to_target(spec, problem, table, sampler_name, seed, target, evaluated) for seed in range(args.seeds)]
             reached = [r for r in runs if r is not None]
             entry[sampler_name] = {
                 "evaluations": runs,
@@ -132,6 +132,8 @@ def main() -> None:
                 "reached": f"{len(reached)}/{len(runs)}",
             }
         report["shapes"].append(entry)
+        pathlib.Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        pathlib.Path(args.out).with_suffix(".json").write_text(json.dumps(report, indent=1))  # each shape as it lands
         t, r = entry["tpe"], entry["random"]
         print(f"{spec.name} {DTYPE_NAMES[dtype]} {shape}: grid {evaluated} evaluations ({seconds:.0f} s), best {ok[best_key]:.4g} ms "
               f"{json.loads(best_key)}; TPE median {t['median']} evals ({100 * (t['median_fraction_of_grid'] or 0):.1f}% of grid, "

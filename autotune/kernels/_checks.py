@@ -1,4 +1,7 @@
-"""Argument checks the public kernels run before any launch: clear errors, never a device crash."""
+"""Argument checks the public kernels run before any launch: clear errors, never a device crash.
+
+They sit on every call's path, so each is a few attribute reads; messages are built only on failure.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +10,11 @@ import torch
 from autotune import gpu
 
 FLOAT_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
-_KERNEL_DEVICE_TYPE = "cpu" if gpu.interpreter_active() else "cuda"  # fixed once Triton is imported
+_ON_CUDA = not gpu.interpreter_active()  # fixed once Triton is imported
+
+
+def _names(dtypes: tuple[torch.dtype, ...]) -> str:
+    return ", ".join(str(d).removeprefix("torch.") for d in dtypes)
 
 
 def float_tensor(name: str, t: object, dtypes: tuple[torch.dtype, ...] = FLOAT_DTYPES) -> torch.Tensor:
@@ -15,28 +22,23 @@ def float_tensor(name: str, t: object, dtypes: tuple[torch.dtype, ...] = FLOAT_D
     if not isinstance(t, torch.Tensor):
         raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
     if t.dtype not in dtypes:
-        names = ", ".join(str(d).removeprefix("torch.") for d in dtypes)
-        raise TypeError(f"{name} must have a floating dtype in ({names}), got {str(t.dtype).removeprefix('torch.')}")
-    expected = _KERNEL_DEVICE_TYPE
-    if t.device.type != expected:
-        where = "the CPU (Triton interpreter)" if expected == "cpu" else "a CUDA device"
+        raise TypeError(f"{name} must have a floating dtype in ({_names(dtypes)}), got {str(t.dtype).removeprefix('torch.')}")
+    if (t.is_cuda if _ON_CUDA else t.is_cpu) is False:
+        where = "a CUDA device" if _ON_CUDA else "the CPU (Triton interpreter)"
         raise ValueError(f"{name} must be on {where}, got a tensor on {t.device}")
     return t
 
 
-def same_device(**tensors: torch.Tensor) -> None:
-    devices = {name: t.device for name, t in tensors.items()}
-    if len(set(devices.values())) > 1:
-        raise ValueError("tensors must be on one device, got " + ", ".join(f"{n} on {d}" for n, d in devices.items()))
+def same_device(a_name: str, a: torch.Tensor, b_name: str, b: torch.Tensor) -> None:
+    if a.get_device() != b.get_device():
+        raise ValueError(f"tensors must be on one device, got {a_name} on {a.device}, {b_name} on {b.device}")
 
 
-def same_dtype(**tensors: torch.Tensor) -> None:
-    dtypes = {name: t.dtype for name, t in tensors.items()}
-    if len(set(dtypes.values())) > 1:
-        raise TypeError("tensors must have one dtype, got " + ", ".join(f"{n} {d}" for n, d in dtypes.items()))
+def same_dtype(a_name: str, a: torch.Tensor, b_name: str, b: torch.Tensor) -> None:
+    if a.dtype is not b.dtype:
+        raise TypeError(f"tensors must have one dtype, got {a_name} {a.dtype}, {b_name} {b.dtype}")
 
 
-def same_shape(**tensors: torch.Tensor) -> None:
-    shapes = {name: tuple(t.shape) for name, t in tensors.items()}
-    if len(set(shapes.values())) > 1:
-        raise ValueError("tensors must have one shape, got " + ", ".join(f"{n} {s}" for n, s in shapes.items()))
+def same_shape(a_name: str, a: torch.Tensor, b_name: str, b: torch.Tensor) -> None:
+    if a.shape != b.shape:
+        raise ValueError(f"tensors must have one shape, got {a_name} {tuple(a.shape)}, {b_name} {tuple(b.shape)}")

@@ -183,6 +183,25 @@ def parse_shape(text: str) -> dict:
     return {"shape": shape, "dim": -1, "layout": "contiguous", "magnitude": 1.0, "neg_inf": "none"}
 
 
+def bucket_edges(problem: dict) -> list[dict]:
+    """Problems a config tuned for problem's bucket must get right: the shortest and longest rows of
+    the bucket (never a block multiple), few rows, -inf patterns, large values, strided layouts."""
+    rows, n = row_shape(problem)
+    full = next_pow2(n)
+    lengths = sorted({max(1, full // 2 + 1), max(1, full - 1), n})
+    few_rows = min(rows, 33) or 1  # keeps next_pow2(rows) >= any ROWS_PER_PROGRAM that fits the bucket
+    edges = []
+    for i, length in enumerate(lengths):
+        for j, (neg_inf, magnitude, layout) in enumerate(
+            [("none", 1.0, "contiguous"), ("prefix", 1.0, "sliced"), ("some", 1e4, "contiguous"), ("row", 1e-3, "transposed")]
+        ):
+            rows_here = few_rows if (i + j) % 2 else min(rows, 3) or 1
+            shape, dim = ([length, rows_here], 0) if layout == "transposed" else ([rows_here, length], -1)
+            edges.append({"shape": shape, "dim": dim, "layout": "contiguous" if layout == "transposed" else layout,
+                          "magnitude": magnitude, "neg_inf": neg_inf})
+    return edges
+
+
 SPEC = KernelSpec(
     name="softmax",
     space=SPACE,
@@ -197,6 +216,7 @@ SPEC = KernelSpec(
     parse_shape=parse_shape,
     sources=(_softmax_single_kernel, _softmax_online_kernel),
     description="softmax along one dim (torch.softmax)",
+    bucket_edges=bucket_edges,
 )
 
 _TUNED = runtime.tuned(SPEC)
@@ -244,12 +264,13 @@ def _forward(x: torch.Tensor, dim: int) -> torch.Tensor:
     dim %= rank
     last = dim == rank - 1
     moved = x if last else x.movedim(dim, -1)
-    out = torch.empty(moved.shape, dtype=x.dtype, device=x.device)
+    out = torch.empty_like(moved, memory_format=torch.contiguous_format)
     if out.numel():
         n = moved.shape[-1]
         rows = moved.reshape(-1, n)  # a view when strides allow (contiguous, 2-D dim=0, ...), else a copy
-        config = _TUNED.config(
-            x.dtype, f"m={next_pow2(rows.shape[0])},n={next_pow2(n)}", lambda: {"shape": list(x.shape), "dim": dim}
+        m = rows.shape[0]
+        config = _TUNED.lookup(
+            x.dtype, (m, n), lambda: f"m={next_pow2(m)},n={next_pow2(n)}", lambda: {"shape": list(x.shape), "dim": dim}
         )
         runtime.note_launch("softmax", config)
         _launch_rows(rows, out.view(rows.shape), config)

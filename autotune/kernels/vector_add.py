@@ -116,13 +116,13 @@ def add(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     """x + y for two float tensors of one shape, dtype and device, with the tuned config."""
     _checks.float_tensor("x", x)
     _checks.float_tensor("y", y)
-    _checks.same_device(x=x, y=y)
-    _checks.same_dtype(x=x, y=y)
-    _checks.same_shape(x=x, y=y)
-    out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+    _checks.same_device("x", x, "y", y)
+    _checks.same_dtype("x", x, "y", y)
+    _checks.same_shape("x", x, "y", y)
+    out = torch.empty_like(x, memory_format=torch.contiguous_format)
     n = x.numel()
     if n == 0:
         return out
-    config = _TUNED.config(x.dtype, f"n={next_pow2(n)}", lambda: {"shape": list(x.shape)})
+    config = _TUNED.lookup(x.dtype, n, lambda: f"n={next_pow2(n)}", lambda: {"shape": list(x.shape)})
     runtime.note_launch("vector_add", config)
     return launch({"x": x, "y": y}, config, out)

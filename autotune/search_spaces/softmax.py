@@ -76,6 +76,18 @@ def _rows_exist(c: Config, p: Problem) -> str | None:
     return None
 
 
+def _suggest(trial, problem: Problem) -> Config:
+    """Variant first; single's block and stages follow from the row, so only online draws them."""
+    variant = trial.suggest_categorical("variant", ["single", "online"])
+    rows = trial.suggest_categorical("ROWS_PER_PROGRAM", [1, 2, 4, 8, 16])
+    warps = trial.suggest_categorical("num_warps", [1, 2, 4, 8, 16, 32])
+    if variant == "single":
+        return {"variant": variant, "BLOCK_SIZE": _full_block(row_shape(problem)[1]), "ROWS_PER_PROGRAM": rows,
+                "num_warps": warps, "num_stages": 1}
+    return {"variant": variant, "BLOCK_SIZE": trial.suggest_categorical("BLOCK_SIZE", list(powers_of_two(MIN_BLOCK, 131072))),
+            "ROWS_PER_PROGRAM": rows, "num_warps": warps, "num_stages": trial.suggest_categorical("num_stages", [1, 2, 3, 4])}
+
+
 SPACE = SearchSpace(
     params=(
         Param("variant", ("single", "online")),
@@ -93,6 +105,7 @@ SPACE = SearchSpace(
         _rows_only_for_short_blocks,
         _rows_exist,
     ),
+    suggest_fn=_suggest,
 )
 
 
