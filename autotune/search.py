@@ -18,8 +18,10 @@ from autotune.spec import DTYPE_NAMES, KernelSpec
 from autotune.verify import ReferenceCache, check_problem, verify
 
 SAMPLERS = ("tpe", "gp", "random", "grid")
-MAX_TRIALS_PER_EVALUATION = 20
-"""Bound on trials (mostly constraint-rejected, free) per evaluation a search may spend."""
+MAX_TRIALS_PER_EVALUATION = 4
+"""Bound on trials per distinct evaluation. Rejected configs and repeats cost no GPU time but do cost
+sampler time: on the H100, TPE on softmax's conditional space asked for repeats so often that a
+30-evaluation budget ran to ~500 trials in 3 minutes; a converged sampler repeats itself, so stop."""
 COMPILE_ERRORS = ("CompilationError", "OutOfResources", "CompileTimeAssertionFailure")
 
 

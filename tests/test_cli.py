@@ -52,13 +52,16 @@ def test_search_then_query_shows_the_stored_row_in_every_format(cli, user_db):
 
     table = cli.invoke(main, ["query", "vector_add"])
     assert table.exit_code == 0 and gpu.CPU_INTERPRETER in table.output and "n=4096" in table.output
-    rows = json.loads(cli.invoke(main, ["query", "vector_add", "--format", "json"]).output)
+    here = ["--gpu", gpu.CPU_INTERPRETER]
+    rows = json.loads(cli.invoke(main, ["query", "vector_add", "--format", "json", *here]).output)
     assert len(rows) == 1 and rows[0]["bucket"] == "n=4096" and rows[0]["current"] is True
+    assert rows[0]["source"] == f"sqlite:///{user_db}"
     assert vector_add.SPACE.validate(json.loads(rows[0]["config"]))
-    parsed = list(csv.DictReader(io.StringIO(cli.invoke(main, ["query", "vector_add", "--format", "csv"]).output)))
+    parsed = list(csv.DictReader(io.StringIO(cli.invoke(main, ["query", "vector_add", "--format", "csv", *here]).output)))
     assert [r["bucket"] for r in parsed] == ["n=4096"]
-    # --gpu selects rows by GPU, and needs no such GPU here.
-    assert json.loads(cli.invoke(main, ["query", "vector_add", "--gpu", "h100", "--format", "json"]).output) == []
+    # --gpu selects another GPU's rows and needs no such GPU here: the H100 rows shipped in the package.
+    h100 = json.loads(cli.invoke(main, ["query", "vector_add", "--gpu", "h100", "--format", "json"]).output)
+    assert h100 and {r["gpu"] for r in h100} == {"H100"} and {r["source"] for r in h100} == {"shipped"}
 
 
 def test_db_export_and_merge_move_rows_between_files(cli, user_db, tmp_path):

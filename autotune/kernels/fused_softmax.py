@@ -71,15 +71,19 @@ def _softmax_online_kernel(
 _KERNELS = {"single": _softmax_single_kernel, "online": _softmax_online_kernel}
 
 
-def _launch_rows(x: torch.Tensor, out: torch.Tensor, config: dict) -> None:
-    """Softmax of each row of the 2-D x into the 2-D out (any strides) with one config."""
-    n_rows, n_cols = x.shape
+def _launch(x, out, n_rows: int, n_cols: int, x_strides: tuple, out_strides: tuple, config: dict) -> None:
+    """Softmax of n_rows rows of n_cols elements, addressed by (row, column) strides, with one config."""
     rows_per_program = config["ROWS_PER_PROGRAM"]
     _KERNELS[config["variant"]][(triton.cdiv(n_rows, rows_per_program),)](
-        x, out, n_rows, n_cols, x.stride(0), x.stride(1), out.stride(0), out.stride(1),
+        x, out, n_rows, n_cols, *x_strides, *out_strides,
         BLOCK_SIZE=config["BLOCK_SIZE"], ROWS_PER_PROGRAM=rows_per_program,
         num_warps=config["num_warps"], num_stages=config["num_stages"],
     )
+
+
+def _launch_rows(x: torch.Tensor, out: torch.Tensor, config: dict) -> None:
+    """Softmax of each row of the 2-D x into the 2-D out (any strides) with one config."""
+    _launch(x, out, x.shape[0], x.shape[1], x.stride(), out.stride(), config)
 
 
 def _as_rows(t: torch.Tensor, dim: int) -> torch.Tensor | None:
@@ -262,6 +266,18 @@ def _forward(x: torch.Tensor, dim: int) -> torch.Tensor:
     if rank == 0:
         return _forward(x.reshape(1), 0).reshape(())
     dim %= rank
+    if dim == rank - 1 and x.is_contiguous():  # the common case, kept free of views: rows of n at stride n
+        out = torch.empty_like(x, memory_format=torch.contiguous_format)
+        numel = x.numel()
+        if numel:
+            n = x.shape[-1]
+            m = numel // n
+            config = _TUNED.lookup(
+                x.dtype, (m, n), lambda: f"m={next_pow2(m)},n={next_pow2(n)}", lambda: {"shape": list(x.shape), "dim": dim}
+            )
+            runtime.note_launch("softmax", config)
+            _launch(x, out, m, n, (n, 1), (n, 1), config)
+        return out
     last = dim == rank - 1
     moved = x if last else x.movedim(dim, -1)
     out = torch.empty_like(moved, memory_format=torch.contiguous_format)

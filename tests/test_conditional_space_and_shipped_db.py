@@ -1,0 +1,66 @@
+import json
+
+import optuna
+import torch
+
+from autotune import db, gpu, runtime
+from autotune.db import BestRow, ConfigStore
+from autotune.kernels import fused_softmax, softmax
+
+
+def test_conditional_sampling_reaches_the_rare_single_pass_configs():
+    problem = fused_softmax.parse_shape("4096x4096")
+    valid_single = [c for c in fused_softmax.SPACE.grid_for(problem) if c["variant"] == "single"]
+    assert len(valid_single) / fused_softmax.SPACE.size() < 0.01  # needle in the plain product space
+    study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=0))
+    drawn = []
+    for _ in range(200):
+        trial = study.ask()
+        drawn.append(fused_softmax.SPACE.suggest(trial, problem))
+        study.tell(trial, 1.0)
+    runnable = [c for c in drawn if fused_softmax.SPACE.rejects(c, problem) is None]
+    assert sum(c["variant"] == "single" for c in runnable) >= 40
+    assert all(c["BLOCK_SIZE"] == 4096 for c in drawn if c["variant"] == "single")
+
+
+def test_bucket_edges_reach_every_config_of_the_bucket():
+    problem = fused_softmax.parse_shape("4096x8192")
+    edges = fused_softmax.SPEC.edges_for(problem)
+    lengths = {fused_softmax.row_shape(p)[1] for p in edges}
+    assert {4097, 8191, 8192} <= lengths
+    for config in fused_softmax.SPACE.grid_for(problem):
+        runnable = [p for p in edges if fused_softmax.SPACE.rejects(config, p) is None]
+        assert len(runnable) >= 6, config
+
+
+def _row(bucket, config, time_ms):
+    return BestRow(
+        kernel="softmax", source_hash=fused_softmax.SPEC.source_hash, gpu=gpu.current_gpu().name, device_name="test",
+        dtype="fp32", bucket=bucket, config_json=json.dumps(config), problem_json="{}", time_ms=time_ms,
+        examples_verified=1, triton_version="x", torch_version="y",
+    )
+
+
+def test_the_shipped_database_serves_configs_and_the_user_database_overlays_it(user_db, tmp_path, monkeypatch):
+    shipped_cfg = fused_softmax.SPACE.with_overrides(variant="single", BLOCK_SIZE=64, num_stages=1, num_warps=1)
+    user_cfg = fused_softmax.SPACE.with_overrides(variant="single", BLOCK_SIZE=64, num_stages=1, num_warps=2)
+    shipped = tmp_path / "shipped.sqlite"
+    with ConfigStore(str(tmp_path / "build.sqlite")) as build:
+        build.record_best(_row("m=8,n=64", shipped_cfg, 1.0))
+        build.export(str(shipped))
+    shipped.chmod(0o444)
+    monkeypatch.setattr(db, "shipped_path", lambda: shipped)
+    runtime.clear_cache()
+    x = torch.randn(8, 50)
+
+    with runtime.record_launches() as launches:
+        torch.testing.assert_close(softmax(x), torch.softmax(x, -1))
+    assert launches == [("softmax", shipped_cfg)]  # no user database file yet: the shipped row
+
+    with ConfigStore(str(user_db)) as store:
+        store.record_best(_row("m=8,n=64", user_cfg, 2.0))
+    runtime.clear_cache()
+    with runtime.record_launches() as launches:
+        softmax(x)
+    assert launches == [("softmax", user_cfg)]  # the user's own tuning wins over the shipped row
+    assert runtime.tuned(fused_softmax.SPEC).choice(torch.float32, "m=8,n=64").source == "exact"
