@@ -112,6 +112,17 @@ def _source_hash(spec: KernelSpec) -> str:
     return digest.hexdigest()[:16]
 
 
+def parse_sizes(text: str) -> list[int]:
+    """'4096x8192' (or '4096*8192') -> [4096, 8192], for `--shape`."""
+    try:
+        sizes = [int(s) for s in text.lower().replace("*", "x").split("x")]
+    except ValueError:
+        raise ValueError(f"shape {text!r}: expected sizes separated by 'x', like 4096x8192") from None
+    if any(s < 0 for s in sizes):
+        raise ValueError(f"shape {text!r}: sizes must be >= 0")
+    return sizes
+
+
 def parse_bucket(key: str) -> dict[str, str]:
     """'m=4096,n=1024' -> {'m': '4096', 'n': '1024'}."""
     out = {}

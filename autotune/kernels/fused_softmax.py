@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from autotune import runtime
 from autotune.kernels import _checks
 from autotune.search_spaces.softmax import SPACE, bucket, row_shape
-from autotune.spec import Cost, Inputs, KernelSpec
+from autotune.spec import Cost, Inputs, KernelSpec, parse_sizes
 from autotune.strategies import magnitudes, next_pow2, shapes
 
 
@@ -178,12 +178,7 @@ def cost(problem: dict, dtype: torch.dtype) -> Cost:
 
 def parse_shape(text: str) -> dict:
     """'4096x8192' or '8x128x1000' -> a contiguous problem of that shape, softmax over the last dim."""
-    try:
-        shape = [int(s) for s in text.lower().replace("*", "x").split("x")]
-    except ValueError:
-        raise ValueError(f"shape {text!r}: expected sizes separated by 'x', like 4096x8192") from None
-    if any(s < 0 for s in shape):
-        raise ValueError(f"shape {text!r}: sizes must be >= 0")
+    shape = parse_sizes(text)
     return {"shape": shape, "dim": -1, "layout": "contiguous", "magnitude": 1.0, "neg_inf": "none"}
 
 

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from autotune import runtime
 from autotune.kernels import _checks
 from autotune.search_spaces.add import SPACE, bucket
-from autotune.spec import Cost, Inputs, KernelSpec
+from autotune.spec import Cost, Inputs, KernelSpec, parse_sizes
 from autotune.strategies import magnitudes, next_pow2, shapes
 
 
@@ -83,12 +83,7 @@ def cost(problem: dict, dtype: torch.dtype) -> Cost:
 
 def parse_shape(text: str) -> dict:
     """'1048576' or '4096x4096' -> a contiguous problem of that shape."""
-    try:
-        shape = [int(s) for s in text.lower().replace("*", "x").split("x")]
-    except ValueError:
-        raise ValueError(f"shape {text!r}: expected sizes separated by 'x', like 4096x4096") from None
-    if any(s < 0 for s in shape):
-        raise ValueError(f"shape {text!r}: sizes must be >= 0")
+    shape = parse_sizes(text)
     return {"shape": shape, "layout": "contiguous", "magnitude": 1.0}
 
 
