@@ -207,9 +207,10 @@ def search(
         return outcome.time_ms
 
     if sampler == "grid":  # every config the constraints allow, each once
-        for config in spec.space.grid_for(problem):
+        grid = spec.space.grid_for(problem)
+        for config in grid:
             study.enqueue_trial(config, skip_if_exists=True)
-        budget = len(spec.space.grid_for(problem))
+        budget = len(grid)
     else:
         budget = trials
 

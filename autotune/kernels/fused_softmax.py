@@ -268,7 +268,7 @@ def _forward(x: torch.Tensor, dim: int) -> torch.Tensor:
             n = x.shape[-1]
             m = numel // n
             config = _TUNED.lookup(
-                x.dtype, (m, n), lambda: f"m={next_pow2(m)},n={next_pow2(n)}", lambda: {"shape": list(x.shape), "dim": dim}
+                x.dtype, (m, n), lambda: bucket({"shape": [m, n]}), lambda: {"shape": list(x.shape), "dim": dim}
             )
             runtime.note_launch("softmax", config)
             _launch(x, out, m, n, (n, 1), (n, 1), config)
@@ -281,7 +281,7 @@ def _forward(x: torch.Tensor, dim: int) -> torch.Tensor:
         rows = moved.reshape(-1, n)  # a view when strides allow (contiguous, 2-D dim=0, ...), else a copy
         m = rows.shape[0]
         config = _TUNED.lookup(
-            x.dtype, (m, n), lambda: f"m={next_pow2(m)},n={next_pow2(n)}", lambda: {"shape": list(x.shape), "dim": dim}
+            x.dtype, (m, n), lambda: bucket({"shape": [m, n]}), lambda: {"shape": list(x.shape), "dim": dim}
         )
         runtime.note_launch("softmax", config)
         _launch_rows(rows, out.view(rows.shape), config)

@@ -11,7 +11,7 @@ from autotune import runtime
 from autotune.kernels import _checks
 from autotune.search_spaces.add import SPACE, bucket
 from autotune.spec import Cost, Inputs, KernelSpec, parse_sizes
-from autotune.strategies import magnitudes, next_pow2, shapes
+from autotune.strategies import magnitudes, shapes
 
 
 @triton.jit
@@ -118,6 +118,6 @@ def add(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     n = x.numel()
     if n == 0:
         return out
-    config = _TUNED.lookup(x.dtype, n, lambda: f"n={next_pow2(n)}", lambda: {"shape": list(x.shape)})
+    config = _TUNED.lookup(x.dtype, n, lambda: bucket({"shape": [n]}), lambda: {"shape": list(x.shape)})
     runtime.note_launch("vector_add", config)
     return launch({"x": x, "y": y}, config, out)
