@@ -15,7 +15,7 @@ from autotune import bench, gpu
 from autotune.db import BestRow, ConfigStore, TrialRow
 from autotune.space import Config, Problem
 from autotune.spec import DTYPE_NAMES, KernelSpec
-from autotune.verify import ReferenceCache, check_problem, verify
+from autotune.verify import ReferenceCache, check_problem, outputs_like, verify
 
 SAMPLERS = ("tpe", "gp", "random", "grid")
 MAX_TRIALS_PER_EVALUATION = 4
@@ -108,7 +108,7 @@ class Evaluator:
         self.examples, self.seed, self.max_numel = examples, seed, max_numel
         self.references = ReferenceCache()
         self.inputs, base, _ = self.references.get(spec, problem, dtype, seed)  # the timed inputs, checked too
-        self._out = base.new_empty(base.shape)
+        self._out = outputs_like(base, None)
         self.edges = spec.edges_for(problem)[1:]
         self.cache: dict[str, TrialOutcome] = {}
         self.timing = {"warmup_ms": 25.0, "rep_ms": 100.0}

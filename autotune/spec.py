@@ -53,6 +53,7 @@ class KernelSpec:
         presets: problems `search` tunes when no shape is given (`interpreter_presets` without a GPU).
         parse_shape: turns a CLI `--shape` string into a problem.
         sources: the @triton.jit functions (or any Python objects) whose source defines the kernel.
+        public: the public function applied to a problem's inputs, as a user calls it (benchmarks time it).
         bucket_edges: edge-case problems in (or next to) a problem's bucket that every config tuned
             for that bucket must pass: where a config only runs in its own bucket, random draws rarely land there.
     """
@@ -71,6 +72,7 @@ class KernelSpec:
     sources: Sequence[Any] = ()
     interpreter_presets: Sequence[Problem] = ()
     bucket_edges: Callable[[Problem], Sequence[Problem]] | None = None
+    public: Callable[[Inputs], Any] | None = None
     dtypes: tuple[torch.dtype, ...] = (torch.float32, torch.float16, torch.bfloat16)
     bound: str = "memory"  # "memory" or "compute": which roofline a result is judged against
     description: str = ""

@@ -67,6 +67,35 @@ def storage_eps(dtype: torch.dtype) -> float:
     return torch.finfo(dtype).eps
 
 
+Outputs = torch.Tensor | tuple[torch.Tensor, ...]
+"""What a kernel writes: one tensor, or a tuple of them (y and the residual sum; dx, dweight, dbias)."""
+
+
+def outputs_like(base: Outputs, fill: float | None = float("nan")) -> Outputs:
+    """Fresh tensors shaped like `base` (a tensor or a tuple of them), filled with `fill` (None: unset)."""
+    if isinstance(base, torch.Tensor):
+        if fill is None:
+            return base.new_empty(base.shape)
+        return torch.full(base.shape, fill, dtype=base.dtype, device=base.device)
+    return tuple(outputs_like(b, fill) for b in base)
+
+
+def compare_outputs(out: Outputs, ref: Outputs, base: Outputs) -> tuple[float, float, str | None]:
+    """`compare` for each output, each judged in its own dtype; the first failure, else the worst error."""
+    if isinstance(base, torch.Tensor):
+        return compare(out, ref, base, base.dtype)
+    if isinstance(out, torch.Tensor) or len(out) != len(base):
+        return float("inf"), 0.0, f"expected {len(base)} outputs"
+    worst = (0.0, 0.0, None)
+    for i, (o, r, b) in enumerate(zip(out, ref, base)):
+        err, budget, reason = compare(o, r, b, b.dtype)
+        if reason:
+            return err, budget, f"output {i}: {reason}"
+        if budget and err / budget > (worst[0] / worst[1] if worst[1] else 0.0):
+            worst = (err, budget, None)
+    return worst
+
+
 def compare(out: torch.Tensor, ref: torch.Tensor, base: torch.Tensor, dtype: torch.dtype) -> tuple[float, float, str | None]:
     """Error of `out` against float64 `ref`, its budget from `base` (PyTorch, same dtype), and why it fails.
 
@@ -133,14 +162,14 @@ def check_problem(
     """Run config on one problem with poisoned output; None when it matches float64 within budget."""
     device = gpu.device()
     inputs, base, ref = (cache or ReferenceCache(1)).get(spec, problem, dtype, seed)
-    out = torch.full(base.shape, float("nan"), dtype=base.dtype, device=base.device)
+    out = outputs_like(base)
     try:
         spec.launch(inputs, config, out)
         if device.type == "cuda":
             torch.cuda.synchronize(device)
     except Exception as exc:  # a candidate may fail in any way; the trial records how
         return Failure(problem, "error", f"{type(exc).__name__}: {_first_line(exc)}")
-    err, budget, reason = compare(out, ref, base, dtype)
+    err, budget, reason = compare_outputs(out, ref, base)
     if reason:
         return Failure(problem, "incorrect", reason, err, budget)
     return None

@@ -19,11 +19,11 @@ import torch
 import triton
 from tabulate import tabulate
 
-import autotune.kernels
+
 from autotune import bench, gpu, runtime
 from autotune.spec import DTYPE_NAMES, dtype_from_name
+from autotune.verify import outputs_like
 
-PUBLIC = {"vector_add": lambda i: autotune.kernels.add(i["x"], i["y"]), "softmax": lambda i: autotune.kernels.softmax(i["x"], i.get("dim", -1))}
 
 
 def _compiled_baseline(spec):
@@ -44,13 +44,13 @@ def run(kernels: list[str], dtypes: list[torch.dtype], shapes: dict[str, list[st
         for dtype in dtypes:
             for problem in problems:
                 inputs = spec.make_inputs(problem, dtype, gpu.device(), 0)
-                out = spec.baseline(inputs).new_empty(spec.baseline(inputs).shape)
+                out = outputs_like(spec.baseline(inputs), None)
                 default = dict(spec.space.default)
                 bucket = spec.bucket(problem)
                 choice = runtime.tuned(spec).resolve(dtype, bucket, problem)
                 tuned = choice.config
                 impls = {
-                    "tuned": lambda: PUBLIC[name](inputs),
+                    "tuned": lambda: spec.public(inputs),
                     "tuned-launch": lambda: spec.launch(inputs, tuned, out),
                     "default": lambda: spec.launch(inputs, default, out),
                     "torch": lambda: spec.baseline(inputs),

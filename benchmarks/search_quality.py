@@ -27,6 +27,7 @@ import triton
 
 from autotune import gpu
 from autotune.search import Evaluator, make_sampler
+from autotune.verify import outputs_like
 from autotune.spec import DTYPE_NAMES, dtype_from_name
 
 WITHIN = 1.03
@@ -37,7 +38,7 @@ def _compile_one(name: str, problem: dict, dtype_name: str, config: dict) -> str
     spec = autotune.get(name)
     inputs = spec.make_inputs(problem, dtype_from_name(dtype_name), gpu.device(), 0)
     try:
-        spec.launch(inputs, config, spec.baseline(inputs).clone())
+        spec.launch(inputs, config, outputs_like(spec.baseline(inputs), None))
         torch.cuda.synchronize()
     except Exception as exc:  # the grid records the failure itself; here it only must not stop the pool
         return f"{type(exc).__name__}"

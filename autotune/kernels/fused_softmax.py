@@ -216,6 +216,7 @@ SPEC = KernelSpec(
     sources=(_softmax_single_kernel, _softmax_online_kernel),
     description="softmax along one dim (torch.softmax)",
     bucket_edges=bucket_edges,
+    public=lambda inputs: softmax(inputs["x"], inputs["dim"]),
 )
 
 _TUNED = runtime.tuned(SPEC)

@@ -102,6 +102,7 @@ SPEC = KernelSpec(
     parse_shape=parse_shape,
     sources=(_add_kernel,),
     description="elementwise x + y",
+    public=lambda inputs: add(inputs["x"], inputs["y"]),
 )
 
 _TUNED = runtime.tuned(SPEC)
