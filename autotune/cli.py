@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import io
 import json
@@ -136,11 +137,14 @@ def verify(kernel: str, config_json: str | None, dtypes: tuple[str, ...], exampl
 @click.option("--storage", help="Optuna storage URL for the studies (default: in memory).")
 @click.option("--examples", default=20, show_default=True, help="Hypothesis problems per trial.")
 @click.option("--seed", default=0, show_default=True)
+@click.option("--compile-workers", type=click.IntRange(min=0),
+              help="Processes compiling candidates ahead (default: up to 8 on a GPU, none under the interpreter).")
 @click.option("--format", "fmt", type=FORMATS, default="table", show_default=True)
-def search(kernel, gpu_name, dtypes, shapes, trials, timeout, sampler, db_url, storage, examples, seed, fmt) -> None:
+def search(kernel, gpu_name, dtypes, shapes, trials, timeout, sampler, db_url, storage, examples, seed, compile_workers, fmt) -> None:
     """Tune KERNEL on this GPU: one Optuna study per dtype and shape bucket; store the best."""
     from tqdm import tqdm
 
+    from autotune.precompile import CompilePool, default_workers
     from autotune.search import check_gpu, search as run_search
 
     spec = _spec(kernel)
@@ -153,7 +157,9 @@ def search(kernel, gpu_name, dtypes, shapes, trials, timeout, sampler, db_url, s
         raise click.BadParameter(str(exc), param_hint="--shape") from None
     gpu.warn_if_interpreter_timings()
     rows = []
-    with _store(db_url) as store:
+    workers = default_workers() if compile_workers is None else compile_workers
+    with _store(db_url) as store, contextlib.ExitStack() as stack:
+        pool = stack.enter_context(CompilePool(workers)) if workers > 1 else 0
         for dtype in _dtypes(dtypes, spec):
             for problem in problems:
                 label = f"{spec.name} {DTYPE_NAMES[dtype]} {spec.bucket(problem)}"
@@ -166,7 +172,11 @@ def search(kernel, gpu_name, dtypes, shapes, trials, timeout, sampler, db_url, s
                     result = run_search(
                         spec, problem, dtype, gpu_name=gpu_name, trials=trials, timeout=timeout, sampler=sampler,
                         store=store, storage=storage, seed=seed, examples=examples, on_trial=tick,
+                        compile_workers=pool,
                     )
+                phases = ", ".join(f"{k} {v:.1f}" for k, v in result.seconds.items())
+                click.echo(f"{label}: {result.evaluations} evaluated, {result.compiled_ahead} compiled ahead; seconds: {phases}",
+                           err=True)
                 rows.append(_search_row(spec, result))
     _emit(rows, fmt)
     if any(r["best config"] is None for r in rows):

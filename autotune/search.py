@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -13,6 +14,7 @@ import triton
 
 from autotune import bench, gpu
 from autotune.db import BestRow, ConfigStore, TrialRow
+from autotune.precompile import CompilePool
 from autotune.space import Config, Problem
 from autotune.spec import DTYPE_NAMES, KernelSpec
 from autotune.verify import ReferenceCache, check_problem, outputs_like, verify
@@ -56,6 +58,8 @@ class SearchResult:
     evaluations: int = 0  # distinct configs compiled and checked (rejected ones and repeats cost nothing)
     stored: bool = False
     study_name: str = ""
+    compiled_ahead: int = 0  # configs built by compile-ahead workers before their turn
+    seconds: dict[str, float] = field(default_factory=dict)  # wall time by phase: where a search's time went
 
     @property
     def speedup_vs_default(self) -> float | None:
@@ -86,7 +90,7 @@ def check_gpu(requested: str) -> gpu.GPUInfo:
 def make_sampler(name: str, spec: KernelSpec, seed: int | None) -> optuna.samplers.BaseSampler:
     """An Optuna sampler by name: tpe, gp, random or grid (the whole space, constraints applied per trial)."""
     if name == "tpe":
-        return optuna.samplers.TPESampler(seed=seed, n_startup_trials=10, multivariate=True)
+        return optuna.samplers.TPESampler(seed=seed, n_startup_trials=10, multivariate=True, constant_liar=True)
     if name == "gp":
         return optuna.samplers.GPSampler(seed=seed)
     if name == "random":
@@ -111,8 +115,11 @@ class Evaluator:
         self._out = outputs_like(base, None)
         self.edges = spec.edges_for(problem)[1:]
         self.cache: dict[str, TrialOutcome] = {}
-        self.timing = {"warmup_ms": 25.0, "rep_ms": 100.0}
+        # Enough for a ranking: do_bench's rep counts kernel time only; each rep also clears the L2 cache.
+        self.timing = {"warmup_ms": 10.0, "rep_ms": 50.0}
         self.examples_passed: dict[str, int] = {}
+        self.compiled_ahead = 0
+        self.seconds: dict[str, float] = {}
 
     def evaluated(self) -> int:
         """Distinct configs compiled and checked so far."""
@@ -121,6 +128,14 @@ class Evaluator:
     def baseline_ms(self) -> float:
         return bench.time_ms(lambda: self.spec.baseline(self.inputs))
 
+    def problem_config(self, trial: optuna.Trial) -> Config:
+        """The config a trial proposes for this problem (asking again later returns the same)."""
+        return self.spec.space.suggest(trial, self.problem)
+
+    def is_new(self, config: Config) -> bool:
+        """Not evaluated yet, and allowed by the constraints: a config worth compiling."""
+        return json.dumps(config, sort_keys=True) not in self.cache and not self.spec.space.rejects(config, self.problem)
+
     def __call__(self, config: Config, number: int = -1) -> TrialOutcome:
         key = json.dumps(config, sort_keys=True)
         if key not in self.cache:
@@ -128,10 +143,20 @@ class Evaluator:
         cached = self.cache[key]
         return TrialOutcome(number, config, cached.outcome, cached.reason, cached.time_ms, cached.example)
 
+    def _phase(self, name: str, started: float) -> None:
+        self.seconds[name] = self.seconds.get(name, 0.0) + time.perf_counter() - started
+
     def _evaluate(self, config: Config, number: int) -> TrialOutcome:
         reason = self.spec.space.rejects(config, self.problem)
         if reason:
             return TrialOutcome(number, config, "invalid", reason)
+        started = time.perf_counter()
+        try:
+            return self._verify_and_time(config, number, started)
+        finally:
+            self._phase("evaluate", started)
+
+    def _verify_and_time(self, config: Config, number: int, started: float) -> TrialOutcome:
         failure = check_problem(self.spec, config, self.problem, self.dtype, seed=self.seed, cache=self.references)
         if failure is not None:
             kind = "compile_error" if failure.reason.startswith(COMPILE_ERRORS) else failure.kind
@@ -145,7 +170,9 @@ class Evaluator:
             kind = "compile_error" if f.reason.startswith(COMPILE_ERRORS) else f.kind
             return TrialOutcome(number, config, kind, f.reason, example=f.problem)
         self.examples_passed[json.dumps(config, sort_keys=True)] = result.examples + 1
+        timed = time.perf_counter()
         ms = bench.time_ms(lambda: self.spec.launch(self.inputs, config, self._out), **self.timing)
+        self._phase("time", timed)
         return TrialOutcome(number, config, "ok", None, ms)
 
 
@@ -165,9 +192,14 @@ def search(
     final_examples: int = 100,
     max_numel: int | None = None,
     on_trial: Callable[[TrialOutcome, float | None], None] | None = None,
+    compile_workers: int | CompilePool = 0,
 ) -> SearchResult:
     """Search one problem's bucket: warm start from the default and any stored best, verify every
-    trial before timing it, re-verify the winner with more examples, and store it with its evidence."""
+    trial before timing it, re-verify the winner with more examples, and store it with its evidence.
+
+    With `compile_workers` > 1 (or a CompilePool, shared by several searches) the sampler proposes that
+    many configs at a time, and worker processes compile them in parallel before they are verified and
+    timed one by one."""
     info = check_gpu(gpu_name)
     if dtype not in spec.dtypes:
         raise ValueError(f"dtype {dtype} is not supported by {spec.name}; expected one of {spec.dtypes}")
@@ -220,14 +252,24 @@ def search(
         if evaluator.evaluated() >= budget:
             study.stop()
 
-    study.optimize(objective, n_trials=budget * MAX_TRIALS_PER_EVALUATION, timeout=timeout, callbacks=[enough], catch=())
+    started = time.perf_counter()
+    if isinstance(compile_workers, CompilePool):
+        _optimize_in_batches(study, objective, evaluator, compile_workers, budget, timeout)
+    elif compile_workers > 1:
+        with CompilePool(compile_workers) as pool:
+            _optimize_in_batches(study, objective, evaluator, pool, budget, timeout)
+    else:
+        study.optimize(objective, n_trials=budget * MAX_TRIALS_PER_EVALUATION, timeout=timeout, callbacks=[enough], catch=())
+    evaluator.seconds["search"] = time.perf_counter() - started
 
     result = SearchResult(
         kernel=spec.name, gpu=info.name, dtype=DTYPE_NAMES[dtype], bucket=bucket, problem=problem,
         best_config=None, best_ms=None, default_ms=None, baseline_ms=evaluator.baseline_ms(),
         examples_verified=0, rate=None, trials=outcomes, evaluations=evaluator.evaluated(), study_name=name,
+        compiled_ahead=evaluator.compiled_ahead, seconds=evaluator.seconds,
     )
     result.default_ms = evaluator(dict(spec.space.default)).time_ms
+    started = time.perf_counter()
     for outcome in sorted((o for o in outcomes if o.outcome == "ok"), key=lambda o: o.time_ms):
         final = verify(
             spec, outcome.config, dtype, examples=final_examples, seed=seed + 1, max_numel=max_numel,
@@ -238,11 +280,42 @@ def search(
             key = json.dumps(outcome.config, sort_keys=True)
             result.examples_verified = evaluator.examples_passed.get(key, 0) + final.examples
             break
+    evaluator.seconds["final_verify"] = time.perf_counter() - started
     if result.best_ms is not None:
         result.rate = bench.rate(spec.cost(problem, dtype), result.best_ms, bound=spec.bound, dtype_name=result.dtype, info=info)
     if store is not None:
         _record(store, spec, result, info)
     return result
+
+
+def _optimize_in_batches(
+    study: optuna.Study,
+    objective: Callable[[optuna.Trial], float],
+    evaluator: Evaluator,
+    pool: CompilePool,
+    budget: int,
+    timeout: float | None,
+) -> None:
+    """study.optimize's loop, a batch of trials at a time: ask, compile the new configs in parallel, then
+    verify and time each in order. The sampler's constant liar keeps a batch's proposals apart."""
+    deadline = None if timeout is None else time.monotonic() + timeout
+    asked = 0
+    while evaluator.evaluated() < budget and asked < budget * MAX_TRIALS_PER_EVALUATION:
+        if deadline is not None and time.monotonic() > deadline:
+            break
+        trials = [study.ask() for _ in range(max(1, min(pool.workers, budget - evaluator.evaluated())))]
+        asked += len(trials)
+        configs = {json.dumps(c, sort_keys=True): c for c in (evaluator.problem_config(t) for t in trials)}
+        started = time.perf_counter()
+        fresh = [c for c in configs.values() if evaluator.is_new(c)]
+        if fresh:
+            evaluator.compiled_ahead += pool.compile(evaluator.spec, evaluator.problem, evaluator.dtype, fresh)
+        evaluator.seconds["compile_ahead"] = evaluator.seconds.get("compile_ahead", 0.0) + time.perf_counter() - started
+        for trial in trials:
+            try:
+                study.tell(trial, objective(trial))
+            except optuna.TrialPruned:
+                study.tell(trial, state=optuna.trial.TrialState.PRUNED)
 
 
 def _warm_starts(spec: KernelSpec, store: ConfigStore | None, gpu_name: str, dtype: torch.dtype, bucket: str) -> list[Config]:

@@ -57,6 +57,8 @@ def run(kernels: list[str], dtypes: list[torch.dtype], shapes: dict[str, list[st
                     "compile": lambda: compiled(inputs),
                 }
                 cost = spec.cost(problem, dtype)
+                # The roofline at this size: a device copy moving the same bytes (small copies fall short of 3 TB/s too).
+                same_size_copy = bench.copy_bandwidth_gbs(int(cost.bytes)) if spec.bound == "memory" else None
                 for impl, fn in impls.items():
                     fn()  # compile (Triton or Inductor) before timing starts
                     torch.cuda.synchronize() if torch.cuda.is_available() else None
@@ -67,6 +69,7 @@ def run(kernels: list[str], dtypes: list[torch.dtype], shapes: dict[str, list[st
                             "kernel": name, "problem": problem, "shape": "x".join(map(str, problem["shape"])),
                             "dtype": DTYPE_NAMES[dtype], "impl": impl, "median_ms": ms, "gbs": r.gbs, "tflops": r.tflops,
                             "pct_copy_bw": 100 * r.gbs / copy_gbs if copy_gbs else None,
+                            "same_size_copy_gbs": same_size_copy,
                             "config": json.dumps(default if impl == "default" else tuned) if impl in ("tuned", "tuned-launch", "default") else None,
                             "config_source": choice.source if impl.startswith("tuned") else None,
                         }
@@ -89,6 +92,7 @@ def table(report: dict) -> str:
             row[f"{r['impl']} GB/s"] = r["gbs"]
         if r["impl"] == "tuned":
             row["config from"] = r["config_source"]
+            row["same-size copy GB/s"] = r.get("same_size_copy_gbs")
     out = []
     for row in rows.values():
         t = row["tuned ms"]
@@ -99,6 +103,8 @@ def table(report: dict) -> str:
         row["launch-only vs best"] = min(row["torch ms"], row["compile ms"]) / row["tuned-launch ms"]
         if report["copy_bandwidth_gbs"]:
             row["tuned % copy BW"] = 100 * row["tuned GB/s"] / report["copy_bandwidth_gbs"]
+        if row.get("same-size copy GB/s"):
+            row["tuned % same-size copy"] = 100 * row["tuned GB/s"] / row["same-size copy GB/s"]
         out.append(row)
     head = (
         f"GPU: {report['gpu']} ({report['device_name']}); torch {report['torch']}; triton {report['triton']}; "

@@ -10,7 +10,7 @@ GPU=${GPU:-H100}
 stamp=$(date -u +%Y-%m-%d)
 at() { python3 -m autotune "$@"; }
 for stage in "$@"; do
-  echo "=== $stage $(date -u +%T)"
+  echo "=== $stage $(date -u +%T) (${SECONDS}s)"
   case $stage in
     check)
       nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv

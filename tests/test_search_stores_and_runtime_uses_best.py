@@ -147,3 +147,18 @@ def test_add_handles_any_rank_noncontiguous_and_empty():
     assert torch.equal(add(x, y), x + y)
     e = torch.empty(3, 0)
     assert add(e, e).shape == (3, 0)
+
+
+def test_compiling_ahead_in_worker_processes_keeps_the_budget_every_trial_and_every_verdict(user_db):
+    with ConfigStore(str(user_db)) as store:
+        result = search(TAIL_BUG_ADD, PROBLEM, torch.float32, trials=8, store=store, examples=5, final_examples=5,
+                        compile_workers=2)
+        stored = store.trials(kernel="tail_bug_add")
+    assert result.evaluations == 8 and result.compiled_ahead >= 1
+    assert sorted(t.number for t in result.trials) == list(range(len(result.trials)))  # each trial once, none lost
+    assert len(stored) == len(result.trials)
+    assert json.loads(stored[0].config_json) == vector_add.SPACE.default
+    for t in result.trials:
+        if t.config["BLOCK_SIZE"] in (2048, 4096) and t.outcome != "invalid":  # wrong on 5000 elements
+            assert t.outcome == "incorrect"
+    assert result.stored and result.best_config["BLOCK_SIZE"] not in (2048, 4096)

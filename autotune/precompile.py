@@ -1,0 +1,118 @@
+"""Compile ahead: worker processes build candidate configs' kernels into Triton's on-disk cache, so the
+process that verifies and times them only loads them. Triton compilation is CPU-bound and one config
+at a time leaves the GPU idle; a batch of configs compiles in the time of its slowest member.
+
+Workers never run a kernel on the GPU: every `kernel[grid](...)` there is a Triton warmup (compile
+only), so they cannot disturb the timings or corrupt the measuring process's GPU context. Under the
+interpreter there is nothing to compile, and the kernels simply run in the workers.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import json
+import multiprocessing
+import os
+import sys
+from collections.abc import Iterable
+
+import torch
+
+from autotune.space import Config, Problem
+from autotune.spec import DTYPE_NAMES, KernelSpec
+
+COMPILE_TIMEOUT_S = 300.0
+"""A batch waits this long at most; a config still compiling then is compiled by the parent when used."""
+
+
+def default_workers() -> int:
+    """Compile-ahead processes worth starting here: none under the interpreter, else up to 8."""
+    from autotune import gpu
+
+    if gpu.interpreter_active():
+        return 0
+    return max(0, min(8, (os.cpu_count() or 1) - 2))
+
+
+def importable_name(spec: KernelSpec) -> str | None:
+    """How a fresh process finds spec: its registry name, or `module:attr`; None if it cannot."""
+    from autotune import registry
+
+    if spec.name in registry._SHIPPED:
+        return spec.name
+    module = sys.modules.get(getattr(spec.launch, "__module__", ""))
+    if module is None or module.__name__ == "__main__":
+        return None
+    for attr, value in vars(module).items():
+        if value is spec:
+            return f"{module.__name__}:{attr}"
+    return None
+
+
+class CompilePool:
+    """Processes that compile candidate configs ahead of their measurement; one pool serves many studies."""
+
+    def __init__(self, workers: int) -> None:
+        self.workers = workers
+        self._pool = concurrent.futures.ProcessPoolExecutor(
+            workers, mp_context=multiprocessing.get_context("spawn"), initializer=_start_worker
+        )
+        self.compiled = 0
+
+    def compile(self, spec: KernelSpec, problem: Problem, dtype: torch.dtype, configs: Iterable[Config]) -> int:
+        """Compile configs for one problem in parallel; returns how many built, once all are done (or timed out)."""
+        name = importable_name(spec)
+        if name is None:
+            raise ValueError(f"kernel {spec.name!r} cannot be imported by a worker process: define it in a module")
+        args = (name, json.dumps(problem, sort_keys=True), DTYPE_NAMES[dtype])
+        futures = [self._pool.submit(_compile, *args, json.dumps(c, sort_keys=True)) for c in configs]
+        done, _ = concurrent.futures.wait(futures, timeout=COMPILE_TIMEOUT_S)
+        built = sum(1 for f in done if f.exception() is None and f.result() is None)
+        self.compiled += built
+        return built
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+    def __enter__(self) -> CompilePool:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+_inputs: dict[tuple[str, str, str], tuple[dict, object]] = {}
+
+
+def _start_worker() -> None:
+    import autotune  # noqa: F401  (picks the interpreter before Triton is imported, as the parent did)
+    from autotune import gpu
+
+    if not gpu.interpreter_active():
+        from triton.runtime.jit import KernelInterface
+
+        def compile_only(self, grid):
+            return lambda *args, **kwargs: self.run(*args, grid=grid, warmup=True, **kwargs)
+
+        KernelInterface.__getitem__ = compile_only
+
+
+def _compile(name: str, problem_json: str, dtype_name: str, config_json: str) -> str | None:
+    """Worker: compile one config by 'launching' it on the problem's inputs; the failure reason, if any."""
+    import autotune
+    from autotune import gpu
+    from autotune.spec import dtype_from_name
+    from autotune.verify import outputs_like
+
+    key = (name, problem_json, dtype_name)
+    spec = autotune.get(name)
+    if key not in _inputs:
+        inputs = spec.make_inputs(json.loads(problem_json), dtype_from_name(dtype_name), gpu.device(), 0)
+        _inputs.clear()
+        _inputs[key] = (inputs, outputs_like(spec.baseline(inputs), None))
+    inputs, out = _inputs[key]
+    try:
+        spec.launch(inputs, json.loads(config_json), out)
+    except Exception as exc:  # the parent meets the same failure and records it
+        return f"{type(exc).__name__}: {exc}"[:300]
+    return None
