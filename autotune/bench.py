@@ -14,11 +14,19 @@ from autotune import gpu
 from autotune.spec import Cost
 
 
-def time_ms(fn: Callable[[], object], *, warmup_ms: float = 25, rep_ms: float = 100) -> float:
-    """Median milliseconds per call of fn."""
+def time_ms(fn: Callable[[], object], *, warmup_ms: float = 25, rep_ms: float = 100, max_reps: int | None = None) -> float:
+    """Median milliseconds per call of fn.
+
+    do_bench sizes its repetitions by kernel time alone, and clears the L2 cache before each: a 10 us
+    kernel at rep_ms=100 costs ~10000 cache clears (about a second). `max_reps` caps the repetitions.
+    """
     if gpu.device().type == "cuda":
         import triton.testing
 
+        if max_reps:
+            estimate = _estimate_ms(fn)
+            rep_ms = min(rep_ms, estimate * max_reps)
+            warmup_ms = min(warmup_ms, estimate * max_reps / 4)
         return float(triton.testing.do_bench(fn, warmup=warmup_ms, rep=rep_ms, return_mode="median"))
     fn()  # compile / first-call work stays out of the numbers
     times = []
@@ -28,6 +36,18 @@ def time_ms(fn: Callable[[], object], *, warmup_ms: float = 25, rep_ms: float = 
         fn()
         times.append((time.perf_counter() - start) * 1000)
     return statistics.median(times)
+
+
+def _estimate_ms(fn: Callable[[], object], calls: int = 5) -> float:
+    """Mean milliseconds of a few back-to-back calls, for sizing the measurement."""
+    fn()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(calls):
+        fn()
+    end.record()
+    torch.cuda.synchronize()
+    return max(start.elapsed_time(end) / calls, 1e-3)
 
 
 @dataclass(frozen=True)

@@ -234,11 +234,19 @@ def db() -> None:
 @click.option("-o", "--output", required=True, type=click.Path(dir_okay=False), help="New SQLite file to write.")
 @click.option("--kernel", help="Only this kernel's rows.")
 @click.option("--db", "db_url", help="Source database (default: $AUTOTUNE_DB or ~/.cache).")
-def db_export(gpu_name: str, output: str, kernel: str | None, db_url: str | None) -> None:
+@click.option("--all-sources", is_flag=True, help="Also rows tuned for older sources of a kernel (default: current only).")
+def db_export(gpu_name: str, output: str, kernel: str | None, db_url: str | None, all_sources: bool) -> None:
     """Write one GPU's best configs into a new database file."""
+
+    def current(row) -> bool:
+        # Rows tuned for an older source of a known kernel would only be ignored (with a warning) by the runtime.
+        if row.kernel not in registry.names():
+            return True
+        return registry.get(row.kernel).source_hash == row.source_hash
+
     with _store(db_url) as store:
         try:
-            n = store.export(output, gpu=gpu.normalize_gpu_name(gpu_name), kernel=kernel)
+            n = store.export(output, gpu=gpu.normalize_gpu_name(gpu_name), kernel=kernel, keep=None if all_sources else current)
         except FileExistsError:
             raise click.ClickException(f"{output} exists; choose a new file") from None
     click.echo(f"exported {n} row(s) for {gpu.normalize_gpu_name(gpu_name)} to {output}")

@@ -14,7 +14,7 @@ import json
 import multiprocessing
 import os
 import sys
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 import torch
 
@@ -59,12 +59,13 @@ class CompilePool:
         )
         self.compiled = 0
 
-    def compile(self, spec: KernelSpec, problem: Problem, dtype: torch.dtype, configs: Iterable[Config]) -> int:
-        """Compile configs for one problem in parallel; returns how many built, once all are done (or timed out)."""
+    def compile(self, spec: KernelSpec, problems: Sequence[Problem], dtype: torch.dtype, configs: Iterable[Config]) -> int:
+        """Compile configs in parallel for every problem they will run on (each layout, alignment and size
+        class is its own Triton specialization); returns how many built, once all are done (or timed out)."""
         name = importable_name(spec)
         if name is None:
             raise ValueError(f"kernel {spec.name!r} cannot be imported by a worker process: define it in a module")
-        args = (name, json.dumps(problem, sort_keys=True), DTYPE_NAMES[dtype])
+        args = (name, json.dumps(list(problems), sort_keys=True), DTYPE_NAMES[dtype])
         futures = [self._pool.submit(_compile, *args, json.dumps(c, sort_keys=True)) for c in configs]
         done, _ = concurrent.futures.wait(futures, timeout=COMPILE_TIMEOUT_S)
         built = sum(1 for f in done if f.exception() is None and f.result() is None)
@@ -82,11 +83,11 @@ class CompilePool:
 
 
 _inputs: dict[tuple[str, str, str], tuple[dict, object]] = {}
+MAX_CACHED_INPUTS = 64
 
 
 def _start_worker() -> None:
-    import autotune  # noqa: F401  (picks the interpreter before Triton is imported, as the parent did)
-    from autotune import gpu
+    from autotune import gpu  # importing autotune picks the interpreter before Triton, as the parent did
 
     if not gpu.interpreter_active():
         from triton.runtime.jit import KernelInterface
@@ -97,22 +98,27 @@ def _start_worker() -> None:
         KernelInterface.__getitem__ = compile_only
 
 
-def _compile(name: str, problem_json: str, dtype_name: str, config_json: str) -> str | None:
-    """Worker: compile one config by 'launching' it on the problem's inputs; the failure reason, if any."""
+def _compile(name: str, problems_json: str, dtype_name: str, config_json: str) -> str | None:
+    """Worker: compile one config by 'launching' it on each problem's inputs; the first failure, if any."""
     import autotune
     from autotune import gpu
     from autotune.spec import dtype_from_name
     from autotune.verify import outputs_like
 
-    key = (name, problem_json, dtype_name)
     spec = autotune.get(name)
-    if key not in _inputs:
-        inputs = spec.make_inputs(json.loads(problem_json), dtype_from_name(dtype_name), gpu.device(), 0)
-        _inputs.clear()
-        _inputs[key] = (inputs, outputs_like(spec.baseline(inputs), None))
-    inputs, out = _inputs[key]
-    try:
-        spec.launch(inputs, json.loads(config_json), out)
-    except Exception as exc:  # the parent meets the same failure and records it
-        return f"{type(exc).__name__}: {exc}"[:300]
+    config = json.loads(config_json)
+    for problem in json.loads(problems_json):
+        if spec.space.rejects(config, problem):
+            continue
+        key = (name, json.dumps(problem, sort_keys=True), dtype_name)
+        if key not in _inputs:
+            if len(_inputs) >= MAX_CACHED_INPUTS:
+                _inputs.pop(next(iter(_inputs)))
+            inputs = spec.make_inputs(problem, dtype_from_name(dtype_name), gpu.device(), 0)
+            _inputs[key] = (inputs, outputs_like(spec.baseline(inputs), None))
+        inputs, out = _inputs[key]
+        try:
+            spec.launch(inputs, config, out)
+        except Exception as exc:  # the parent meets the same failure and records it
+            return f"{type(exc).__name__}: {exc}"[:300]
     return None

@@ -115,10 +115,11 @@ class Evaluator:
         self._out = outputs_like(base, None)
         self.edges = spec.edges_for(problem)[1:]
         self.cache: dict[str, TrialOutcome] = {}
-        # Enough for a ranking: do_bench's rep counts kernel time only; each rep also clears the L2 cache.
-        self.timing = {"warmup_ms": 10.0, "rep_ms": 50.0}
+        # Capped repetitions (see bench.time_ms): plenty for a ranking, and small kernels stay cheap to time.
+        self.timing = {"warmup_ms": 25.0, "rep_ms": 100.0, "max_reps": 300}
         self.examples_passed: dict[str, int] = {}
         self.compiled_ahead = 0
+        self._drawn: list[Problem] = []
         self.seconds: dict[str, float] = {}
 
     def evaluated(self) -> int:
@@ -131,6 +132,12 @@ class Evaluator:
     def problem_config(self, trial: optuna.Trial) -> Config:
         """The config a trial proposes for this problem (asking again later returns the same)."""
         return self.spec.space.suggest(trial, self.problem)
+
+    @property
+    def problems_run(self) -> list[Problem]:
+        """Problems a config is launched on: the timed one, its bucket's edges, and the Hypothesis draws
+        seen so far (the same seed draws the same problems for every config that passes)."""
+        return [self.problem, *self.edges, *self._drawn]
 
     def is_new(self, config: Config) -> bool:
         """Not evaluated yet, and allowed by the constraints: a config worth compiling."""
@@ -170,6 +177,8 @@ class Evaluator:
             kind = "compile_error" if f.reason.startswith(COMPILE_ERRORS) else f.kind
             return TrialOutcome(number, config, kind, f.reason, example=f.problem)
         self.examples_passed[json.dumps(config, sort_keys=True)] = result.examples + 1
+        if not self._drawn:
+            self._drawn = [p for p in result.problems if p not in self.edges]
         timed = time.perf_counter()
         ms = bench.time_ms(lambda: self.spec.launch(self.inputs, config, self._out), **self.timing)
         self._phase("time", timed)
@@ -309,7 +318,7 @@ def _optimize_in_batches(
         started = time.perf_counter()
         fresh = [c for c in configs.values() if evaluator.is_new(c)]
         if fresh:
-            evaluator.compiled_ahead += pool.compile(evaluator.spec, evaluator.problem, evaluator.dtype, fresh)
+            evaluator.compiled_ahead += pool.compile(evaluator.spec, evaluator.problems_run, evaluator.dtype, fresh)
         evaluator.seconds["compile_ahead"] = evaluator.seconds.get("compile_ahead", 0.0) + time.perf_counter() - started
         for trial in trials:
             try:

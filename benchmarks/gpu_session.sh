@@ -21,10 +21,11 @@ for stage in "$@"; do
     search-add)
       at search vector_add --gpu "$GPU" --trials "${TRIALS_ADD:-30}" --dtype bf16 --dtype fp16 --dtype fp32 2>&1 | tee -a "$OUT/search.log" | grep -v '%|' ;;
     search-softmax)
-      at search softmax --gpu "$GPU" --trials "${TRIALS_SOFTMAX:-40}" --dtype bf16 --dtype fp16 --dtype fp32 2>&1 | tee -a "$OUT/search.log" | grep -v '%|' ;;
+      at search softmax --gpu "$GPU" --trials "${TRIALS_SOFTMAX:-40}" ${STUDY_TIMEOUT:+--timeout $STUDY_TIMEOUT} --dtype bf16 --dtype fp16 --dtype fp32 >>"$OUT/search.log" 2>>"$OUT/search.err"
+      tail -40 "$OUT/search.log"; grep evaluated "$OUT/search.err" ;;
     search-fix)
-      at search softmax --gpu "$GPU" --trials 30 --shape 4096x16384 2>&1 | tee -a "$OUT/search.log" | grep -v '%|'
-      at search softmax --gpu "$GPU" --trials 30 --dtype fp32 --shape 4096x32768 --shape 1024x131072 2>&1 | tee -a "$OUT/search.log" | grep -v '%|' ;;
+      at search softmax --gpu "$GPU" --trials 36 --timeout 40 --dtype fp32 --shape 4096x32768 --shape 1024x131072 >>"$OUT/search.log" 2>>"$OUT/search.err"
+      tail -4 "$OUT/search.log"; grep evaluated "$OUT/search.err" ;;
     compare)
       python3 benchmarks/compare.py --kernel vector_add --kernel softmax --out "$OUT/compare-$GPU-$stamp" ;;
     hot-path)

@@ -13,10 +13,8 @@ from __future__ import annotations
 
 import autotune  # first: picks the Triton interpreter when there is no GPU, before Triton is imported
 import argparse
-import concurrent.futures
 import datetime
 import json
-import multiprocessing
 import pathlib
 import statistics
 import time
@@ -27,39 +25,23 @@ import triton
 
 from autotune import gpu
 from autotune.search import Evaluator, make_sampler
-from autotune.verify import outputs_like
+from autotune.precompile import CompilePool
 from autotune.spec import DTYPE_NAMES, dtype_from_name
 
 WITHIN = 1.03
 
 
-def _compile_one(name: str, problem: dict, dtype_name: str, config: dict) -> str | None:
-    """Worker: build one config's kernel into Triton's on-disk cache by running it once."""
-    spec = autotune.get(name)
-    inputs = spec.make_inputs(problem, dtype_from_name(dtype_name), gpu.device(), 0)
-    try:
-        spec.launch(inputs, config, outputs_like(spec.baseline(inputs), None))
-        torch.cuda.synchronize()
-    except Exception as exc:  # the grid records the failure itself; here it only must not stop the pool
-        return f"{type(exc).__name__}"
-    return None
-
-
-def precompile(spec, problem, dtype, configs: list[dict], workers: int) -> float:
-    """Compile configs in parallel processes so the timed loop finds them in Triton's cache."""
-    start = time.perf_counter()
-    ctx = multiprocessing.get_context("spawn")
-    with concurrent.futures.ProcessPoolExecutor(workers, mp_context=ctx) as pool:
-        list(pool.map(_compile_one, *zip(*[(spec.name, problem, DTYPE_NAMES[dtype], c) for c in configs]), chunksize=4))
-    return time.perf_counter() - start
-
-
 def grid_times(spec, problem, dtype, examples: int, workers: int) -> tuple[dict[str, dict], float]:
-    valid = spec.space.grid_for(problem)
-    compile_s = precompile(spec, problem, dtype, valid, workers) if workers > 1 else 0.0
-    print(f"  compiled {len(valid)} configs in {compile_s:.0f} s with {workers} processes", flush=True)
     evaluator = Evaluator(spec, problem, dtype, examples=examples, seed=0, max_numel=1 << 20)
-    evaluator.timing = {"warmup_ms": 5, "rep_ms": 25}
+    evaluator.timing = {"warmup_ms": 10, "rep_ms": 50, "max_reps": 200}
+    evaluator(dict(spec.space.default))  # draws the Hypothesis problems every config will be checked on
+    valid = spec.space.grid_for(problem)
+    start = time.perf_counter()
+    if workers > 1:
+        with CompilePool(workers) as pool:
+            built = pool.compile(spec, evaluator.problems_run, dtype, valid)
+        print(f"  compiled {built} of {len(valid)} configs for {len(evaluator.problems_run)} problems in "
+              f"{time.perf_counter() - start:.0f} s with {workers} processes", flush=True)
     start = time.perf_counter()
     table = {}
     for config in spec.space.grid():

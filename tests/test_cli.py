@@ -88,3 +88,20 @@ def test_a_registered_user_kernel_is_reachable_by_name(cli):
         autotune.register(dataclasses.replace(spec, name="vector_add"))
     result = cli.invoke(main, ["verify", "my_add", "--examples", "5", "--dtype", "fp32"])
     assert result.exit_code == 0 and "my_add" in result.output
+
+
+def test_db_export_leaves_out_rows_tuned_for_an_older_kernel_source(cli, user_db, tmp_path):
+    import dataclasses
+
+    from autotune.db import ConfigStore
+
+    assert cli.invoke(main, ["search", "vector_add", "--dtype", "fp32", "--shape", "100", "--trials", "2", "--examples", "2"]).exit_code == 0
+    with ConfigStore(str(user_db)) as store:
+        (row,) = store.best_rows(kernel="vector_add")
+        store.record_best(dataclasses.replace(row, source_hash="0" * 16, bucket="n=256"))
+    current, everything = tmp_path / "current.sqlite", tmp_path / "all.sqlite"
+    assert "exported 1 row" in cli.invoke(main, ["db", "export", "--gpu", gpu.CPU_INTERPRETER, "-o", str(current)]).output
+    result = cli.invoke(main, ["db", "export", "--gpu", gpu.CPU_INTERPRETER, "-o", str(everything), "--all-sources"])
+    assert "exported 2 row" in result.output
+    with sqlite3.connect(current) as con:
+        assert con.execute("select source_hash from best_configs").fetchall() == [(vector_add.SPEC.source_hash,)]

@@ -389,9 +389,16 @@ class ConfigStore:
         with Session(self._engine) as s:
             return [_trial_row(m) for m in s.scalars(query)]
 
-    def export(self, path: str | os.PathLike[str], *, gpu: str | None = None, kernel: str | None = None) -> int:
-        """Write the selected best rows to a new SQLite file at path; returns how many."""
-        rows = self.best_rows(kernel=kernel, gpu=gpu)
+    def export(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        gpu: str | None = None,
+        kernel: str | None = None,
+        keep: Callable[[BestRow], bool] | None = None,
+    ) -> int:
+        """Write the selected best rows (those `keep` accepts, if given) to a new SQLite file at path; returns how many."""
+        rows = [row for row in self.best_rows(kernel=kernel, gpu=gpu) if keep is None or keep(row)]
         target = os.path.abspath(path)
         open(target, "x").close()  # claims the path atomically; FileExistsError if taken
         # Rollback-journal mode keeps the file self-contained, readable from a read-only install.
