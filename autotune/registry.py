@@ -9,6 +9,8 @@ from autotune.spec import KernelSpec
 _SHIPPED = {
     "vector_add": "autotune.kernels.vector_add:SPEC",
     "softmax": "autotune.kernels.fused_softmax:SPEC",
+    "group_norm": "autotune.kernels.group_norm:SPEC",
+    "group_norm_backward": "autotune.kernels.group_norm_backward:SPEC",
 }
 _REGISTERED: dict[str, KernelSpec] = {}
 

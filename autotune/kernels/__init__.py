@@ -1,6 +1,7 @@
 """The shipped kernels, tuned per GPU: call them like their PyTorch counterparts."""
 
 from autotune.kernels.fused_softmax import softmax
+from autotune.kernels.group_norm import group_norm
 from autotune.kernels.vector_add import add
 
-__all__ = ["add", "softmax"]
+__all__ = ["add", "group_norm", "softmax"]
