@@ -11,6 +11,10 @@ _SHIPPED = {
     "softmax": "autotune.kernels.fused_softmax:SPEC",
     "group_norm": "autotune.kernels.group_norm:SPEC",
     "group_norm_backward": "autotune.kernels.group_norm_backward:SPEC",
+    "layer_norm": "autotune.kernels.layer_norm:LAYER_NORM",
+    "layer_norm_backward": "autotune.kernels.layer_norm_backward:LAYER_NORM_BACKWARD",
+    "rms_norm": "autotune.kernels.layer_norm:RMS_NORM",
+    "rms_norm_backward": "autotune.kernels.layer_norm_backward:RMS_NORM_BACKWARD",
 }
 _REGISTERED: dict[str, KernelSpec] = {}
 

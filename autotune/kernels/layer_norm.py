@@ -1,0 +1,400 @@
+"""layer_norm and rms_norm over the trailing dims, optionally fused with the residual add before them
+(the pre-norm transformer block: h = x + residual; y = norm(h); both returned), forward kernels and the
+public functions (torch custom ops with autograd through the tuned backward kernels)."""
+
+from __future__ import annotations
+
+import math
+import numbers
+from collections.abc import Sequence
+
+import torch
+import triton
+import triton.language as tl
+
+from autotune import runtime
+from autotune.kernels import _checks
+from autotune.kernels import _norm_problems as problems_
+from autotune.kernels import layer_norm_backward as backward_
+from autotune.kernels._rounding import round_to
+from autotune.search_spaces.layer_norm import FORWARD_SPACE, bucket
+from autotune.spec import Inputs, KernelSpec
+
+
+@triton.jit
+def _load_sum(x_ptr, r_ptr, h_ptr, x_offs, r_offs, h_offs, mask, HAS_RESIDUAL: tl.constexpr, STORE_H: tl.constexpr):
+    """The values to normalize: x, or the exact sum x + residual (float64 for float32 inputs; float32 holds
+    the sum of two halves exactly). y is the norm of that exact sum, as in float64: normalizing the sum
+    rounded to the storage dtype would add its rounding to every deviation from the mean, which for rows
+    around a large offset is most of the deviation. With STORE_H, the rounded sum is stored as h.
+    Masked lanes are 0."""
+    x = tl.load(x_ptr + x_offs, mask=mask, other=0.0).to(tl.float32)
+    if HAS_RESIDUAL:
+        r = tl.load(r_ptr + r_offs, mask=mask, other=0.0).to(tl.float32)
+        if x_ptr.dtype.element_ty == tl.float32:
+            x = x.to(tl.float64) + r.to(tl.float64)
+        else:
+            x = x + r
+        if STORE_H:
+            tl.store(h_ptr + h_offs, round_to(x.to(tl.float32), h_ptr.dtype.element_ty), mask=mask)
+    return x
+
+
+@triton.jit
+def _chunk_moments(x, mask, n):
+    """Mean and sum of squared deviations of each row's valid lanes of x, in float64 and two passes over
+    registers: the moments a looped pass merges."""
+    d = tl.where(mask, x.to(tl.float64), 0.0)
+    mean = tl.sum(d, axis=1) / n
+    dev = tl.where(mask, d - mean[:, None], 0.0)
+    return mean, tl.sum(dev * dev, axis=1)
+
+
+@triton.jit
+def _store_mean(mean_ptr, rows, n_rows, row_ok, mean):
+    """The float64 row mean as an unevaluated sum of two float32 numbers, hi (at rows) + lo (n_rows
+    further), stored and returned. x - hi is exact for x near the mean, so deviations keep their digits
+    even in rows around a large offset, here and in the backward; a constant row has hi equal to its
+    value and deviations of exactly 0."""
+    hi = mean.to(tl.float32)
+    lo = (mean - hi).to(tl.float32)
+    tl.store(mean_ptr + rows, hi, mask=row_ok)
+    tl.store(mean_ptr + n_rows + rows, lo, mask=row_ok)
+    return hi, lo
+
+
+@triton.jit
+def _affine_store(xc, rstd, w_ptr, b_ptr, y_ptr, y_offs, cols, col_ok, mask,
+                  HAS_WEIGHT: tl.constexpr, HAS_BIAS: tl.constexpr):
+    y = xc.to(tl.float32) * rstd[:, None]
+    if HAS_WEIGHT:
+        y = y * tl.load(w_ptr + cols, mask=col_ok, other=0.0).to(tl.float32)[None, :]
+    if HAS_BIAS:
+        y = y + tl.load(b_ptr + cols, mask=col_ok, other=0.0).to(tl.float32)[None, :]
+    tl.store(y_ptr + y_offs, round_to(y, y_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def _norm_single_kernel(
+    x_ptr, r_ptr, w_ptr, b_ptr, y_ptr, h_ptr, mean_ptr, rstd_ptr,
+    n_rows, n_cols, x_stride, r_stride, y_stride, h_stride, eps,
+    IS_RMS: tl.constexpr, HAS_RESIDUAL: tl.constexpr, HAS_WEIGHT: tl.constexpr, HAS_BIAS: tl.constexpr,
+    BLOCK_N: tl.constexpr, ROWS_PER_PROGRAM: tl.constexpr,
+):
+    """Whole rows in registers: one read of x (and the residual), one write of y (and h) per element."""
+    rows = tl.program_id(0) * ROWS_PER_PROGRAM + tl.arange(0, ROWS_PER_PROGRAM)
+    row_ok = rows < n_rows
+    rows = rows.to(tl.int64)  # row * stride can pass 2**31
+    cols = tl.arange(0, BLOCK_N)
+    col_ok = cols < n_cols
+    mask = row_ok[:, None] & col_ok[None, :]
+    x = _load_sum(x_ptr, r_ptr, h_ptr, rows[:, None] * x_stride + cols[None, :], rows[:, None] * r_stride + cols[None, :],
+                  rows[:, None] * h_stride + cols[None, :], mask, HAS_RESIDUAL, True)
+    n = tl.zeros((ROWS_PER_PROGRAM,), tl.float32) + n_cols
+    if IS_RMS:
+        xc = x
+    else:
+        # The mean summed in float64: where an element sits near the mean, its output is the mean's
+        # error over its distance from it, and float32 sums of a few thousand elements err by more than
+        # torch's cascade sums. Then the deviations, in registers: a second pass, never E[x^2] - E[x]^2.
+        hi, lo = _store_mean(mean_ptr, rows, n_rows, row_ok, tl.sum(x.to(tl.float64), axis=1) / n)
+        xc = tl.where(mask, (x - hi[:, None]) - lo[:, None], 0.0)
+    var = tl.sum(xc * xc, axis=1) / n
+    rstd = tl.rsqrt(var.to(tl.float32) + eps)
+    tl.store(rstd_ptr + rows, rstd, mask=row_ok)
+    _affine_store(xc, rstd, w_ptr, b_ptr, y_ptr, rows[:, None] * y_stride + cols[None, :], cols, col_ok, mask,
+                  HAS_WEIGHT, HAS_BIAS)
+
+
+@triton.jit
+def _norm_looped_kernel(
+    x_ptr, r_ptr, w_ptr, b_ptr, y_ptr, h_ptr, mean_ptr, rstd_ptr,
+    n_rows, n_cols, x_stride, r_stride, y_stride, h_stride, eps,
+    IS_RMS: tl.constexpr, HAS_RESIDUAL: tl.constexpr, HAS_WEIGHT: tl.constexpr, HAS_BIAS: tl.constexpr,
+    BLOCK_N: tl.constexpr, ROWS_PER_PROGRAM: tl.constexpr,
+):
+    """Rows of any length in BLOCK_N chunks: a pass for the statistics, a pass that normalizes and writes
+    y (and h)."""
+    rows = tl.program_id(0) * ROWS_PER_PROGRAM + tl.arange(0, ROWS_PER_PROGRAM)
+    row_ok = rows < n_rows
+    rows = rows.to(tl.int64)
+    x_rows = rows[:, None] * x_stride
+    r_rows = rows[:, None] * r_stride
+    h_rows = rows[:, None] * h_stride
+    cols = tl.arange(0, BLOCK_N)
+    zero = tl.zeros((ROWS_PER_PROGRAM,), tl.float32)
+    mask = row_ok[:, None] & (cols[None, :] < n_cols)
+    x = _load_sum(x_ptr, r_ptr, h_ptr, x_rows + cols[None, :], r_rows + cols[None, :], h_rows + cols[None, :],
+                  mask, HAS_RESIDUAL, False)
+    if IS_RMS:
+        squares = x * x
+        for start in range(BLOCK_N, n_cols, BLOCK_N):
+            c = start + cols
+            mask = row_ok[:, None] & (c[None, :] < n_cols)
+            x = _load_sum(x_ptr, r_ptr, h_ptr, x_rows + c[None, :], r_rows + c[None, :], h_rows + c[None, :],
+                          mask, HAS_RESIDUAL, False)
+            squares += x * x
+        hi = zero
+        lo = zero
+        var = tl.sum(squares, axis=1) / (zero + n_cols)
+    else:
+        # Chunk moments in float64, merged with Chan's pairwise update: rows around a large offset keep
+        # their variance, and the mean its last float32 digit.
+        count = (zero + tl.minimum(n_cols, BLOCK_N)).to(tl.float64)
+        mean, m2 = _chunk_moments(x, mask, count)
+        for start in range(BLOCK_N, n_cols, BLOCK_N):
+            c = start + cols
+            mask = row_ok[:, None] & (c[None, :] < n_cols)
+            x = _load_sum(x_ptr, r_ptr, h_ptr, x_rows + c[None, :], r_rows + c[None, :], h_rows + c[None, :],
+                          mask, HAS_RESIDUAL, False)
+            n_b = zero + tl.minimum(n_cols - start, BLOCK_N)
+            mean_b, m2_b = _chunk_moments(x, mask, n_b)
+            total = count + n_b
+            weight_b = n_b / total
+            delta = mean_b - mean
+            mean += delta * weight_b
+            m2 += m2_b + delta * delta * count * weight_b
+            count = total
+        var = m2 / count
+        hi, lo = _store_mean(mean_ptr, rows, n_rows, row_ok, mean)
+    rstd = tl.rsqrt(var.to(tl.float32) + eps)
+    tl.store(rstd_ptr + rows, rstd, mask=row_ok)
+    # The second pass reads x (and the residual) again rather than h: h is the rounded sum.
+    for start in range(0, n_cols, BLOCK_N):
+        c = start + cols
+        col_ok = c < n_cols
+        mask = row_ok[:, None] & col_ok[None, :]
+        x = _load_sum(x_ptr, r_ptr, h_ptr, x_rows + c[None, :], r_rows + c[None, :], h_rows + c[None, :],
+                      mask, HAS_RESIDUAL, True)
+        xc = (x - hi[:, None]) - lo[:, None]
+        _affine_store(xc, rstd, w_ptr, b_ptr, y_ptr, rows[:, None] * y_stride + c[None, :], c, col_ok, mask,
+                      HAS_WEIGHT, HAS_BIAS)
+
+
+_KERNELS = {"single": _norm_single_kernel, "looped": _norm_looped_kernel}
+
+
+def launch_rows(x, residual, weight, bias, y, h, mean, rstd, eps: float, rms: bool, config: dict) -> None:
+    """Normalize the (rows, N) x (plus residual, into h) into y with one config. The float32 row
+    statistics go to rstd (rows,) and, for layer_norm, mean (2, rows): the mean as the sum of its two rows.
+    Every row-shaped tensor has unit column stride."""
+    n_rows, n_cols = x.shape
+    rows_per_program = config["ROWS_PER_PROGRAM"]
+    # Absent tensors are never read (their constexpr flag is off); x stands in as a valid pointer.
+    _KERNELS[config["variant"]][(triton.cdiv(n_rows, rows_per_program),)](
+        x, x if residual is None else residual, x if weight is None else weight, x if bias is None else bias,
+        y, y if h is None else h, rstd if mean is None else mean, rstd,
+        n_rows, n_cols, x.stride(0), 0 if residual is None else residual.stride(0), y.stride(0),
+        0 if h is None else h.stride(0), eps,
+        IS_RMS=rms, HAS_RESIDUAL=residual is not None, HAS_WEIGHT=weight is not None, HAS_BIAS=bias is not None,
+        BLOCK_N=config["BLOCK_N"], ROWS_PER_PROGRAM=rows_per_program,
+        num_warps=config["num_warps"], num_stages=config["num_stages"],
+    )
+
+
+def _as_rows(t: torch.Tensor | None, norm_dims: int) -> torch.Tensor | None:
+    return backward_.unit_stride(backward_.as_rows(t, norm_dims))
+
+
+def _flat_param(t: torch.Tensor | None) -> torch.Tensor | None:
+    return None if t is None else t.reshape(-1).contiguous()
+
+
+def _launch_spec(inputs: Inputs, config: dict, out, rms: bool):
+    """A spec's launch: normalize inputs into `out` (y, or (y, h) with a residual; contiguous)."""
+    k = len(inputs["normalized_shape"])
+    x = _as_rows(inputs["x"], k)
+    residual = _as_rows(inputs["residual"], k)
+    y, h = (out, None) if residual is None else out
+    if x.numel() == 0:
+        return out
+    stats = torch.empty((3, x.shape[0]), dtype=torch.float32, device=x.device)
+    launch_rows(x, residual, _flat_param(inputs["weight"]), _flat_param(inputs["bias"]), y.view(x.shape),
+                None if h is None else h.view(x.shape), None if rms else stats[:2], stats[2], inputs["eps"], rms, config)
+    return out
+
+
+def _torch_norm(inputs: Inputs, rms: bool, dtype: torch.dtype | None):
+    """torch.nn.functional's norm of inputs, in dtype (None: the inputs' own), residual added first."""
+    def cast(t):
+        return t if t is None or dtype is None else t.to(dtype)
+
+    x = cast(inputs["x"])
+    h = x if inputs["residual"] is None else x + cast(inputs["residual"])
+    shape = list(inputs["normalized_shape"])
+    if rms:
+        y = torch.nn.functional.rms_norm(h, shape, cast(inputs["weight"]), inputs["eps"])
+    else:
+        y = torch.nn.functional.layer_norm(h, shape, cast(inputs["weight"]), cast(inputs["bias"]), inputs["eps"])
+    return y if inputs["residual"] is None else (y, h)
+
+
+def _spec(name: str, rms: bool) -> KernelSpec:
+    def public(inputs):
+        fn = rms_norm if rms else layer_norm
+        kwargs = {} if rms else {"bias": inputs["bias"]}
+        return fn(inputs["x"], inputs["normalized_shape"], inputs["weight"], eps=inputs["eps"],
+                  residual=inputs["residual"], **kwargs)
+
+    goal = [problems_.parse_shape(s, rms=rms) for s in ("8192x4096+res", "16384x8192+res")]
+    third = problems_.parse_shape("8192x4096", rms=rms)
+    return KernelSpec(
+        name=name,
+        space=FORWARD_SPACE,
+        launch=lambda inputs, config, out: _launch_spec(inputs, config, out, rms),
+        reference=lambda inputs: _torch_norm(inputs, rms, torch.float64),
+        baseline=lambda inputs: _torch_norm(inputs, rms, None),
+        problems=lambda max_numel: problems_.problems(max_numel, rms=rms),
+        make_inputs=problems_.forward_inputs,
+        bucket=bucket,
+        cost=lambda problem, dtype: problems_.forward_cost(problem, dtype, rms=rms),
+        presets=[*goal, third],
+        interpreter_presets=[problems_.parse_shape("8x300+res", rms=rms)],
+        parse_shape=lambda text: problems_.parse_shape(text, rms=rms),
+        sources=(round_to, _load_sum, _chunk_moments, _store_mean, _affine_store, _norm_single_kernel, _norm_looped_kernel),
+        description=("rms_norm" if rms else "layer_norm") + " over the trailing dims, optionally fused with a residual add",
+        bucket_edges=lambda problem: problems_.bucket_edges(problem, rms=rms),
+        public=public,
+    )
+
+
+LAYER_NORM = _spec("layer_norm", rms=False)
+RMS_NORM = _spec("rms_norm", rms=True)
+_TUNED = {False: runtime.tuned(LAYER_NORM), True: runtime.tuned(RMS_NORM)}
+
+
+def forward_rows(x, weight, bias, residual, eps: float, rms: bool):
+    """The tuned forward on (rows, N) tensors: (y, h or an empty tensor, mean (2, rows) or empty, rstd)."""
+    m, n = x.shape
+    x, residual = backward_.unit_stride(x), backward_.unit_stride(residual)
+    y = torch.empty((m, n), dtype=x.dtype, device=x.device)
+    h = torch.empty_like(y) if residual is not None else y.new_empty(0)
+    # Separate allocations: a custom op's outputs may not alias one another.
+    rstd = torch.empty(m, dtype=torch.float32, device=x.device)
+    mean = rstd.new_empty((0,) if rms else (2, m))
+    if y.numel():
+        has_res = residual is not None
+        config = _TUNED[rms].lookup(
+            x.dtype, (m, n, has_res), lambda: bucket({"shape": [m, n], "residual": has_res}),
+            lambda: {"shape": [m, n], "residual": has_res},
+        )
+        runtime.note_launch("rms_norm" if rms else "layer_norm", config)
+        launch_rows(x, residual, weight, bias, y, h if has_res else None, None if rms else mean, rstd, eps, rms, config)
+    return y, h, mean, rstd
+
+
+@torch.library.custom_op("autotune::fused_norm", mutates_args=())
+def _fused_norm(
+    x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None, residual: torch.Tensor | None,
+    eps: float, rms: bool,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    return forward_rows(x, weight, bias, residual, eps, rms)
+
+
+@_fused_norm.register_fake
+def _(x, weight, bias, residual, eps, rms):
+    m, n = x.shape
+    y = x.new_empty((m, n))
+    h = x.new_empty((m, n) if residual is not None else (0,))
+    return y, h, x.new_empty((0,) if rms else (2, m), dtype=torch.float32), x.new_empty((m,), dtype=torch.float32)
+
+
+def _setup_context(ctx, inputs, output) -> None:
+    x, weight, bias, residual, eps, rms = inputs
+    _, h, mean, _ = output
+    ctx.set_materialize_grads(False)  # an unused h gets no gradient, not a tensor of zeros to read
+    # The backward differentiates at h, the sum as the caller holds it; the mean is that of the exact sum,
+    # which differs from h by h's rounding. rstd it recomputes, in float64.
+    ctx.save_for_backward(x if residual is None else h, weight, bias, mean)
+    ctx.eps, ctx.rms, ctx.has_residual = eps, rms, residual is not None
+
+
+def _fused_norm_backward(ctx, dy, dh, _dmean, _drstd):
+    x, weight, bias, mean = ctx.saved_tensors
+    if dy is None and dh is None:
+        return None, None, None, None, None, None
+    if dy is None:
+        dy = torch.zeros_like(x)
+    dx, dw, db = torch.ops.autotune.fused_norm_backward(dy, x, weight, bias, mean, dh, ctx.eps, ctx.rms)
+    return (dx, None if weight is None else dw, None if bias is None else db,
+            dx if ctx.has_residual else None, None, None)
+
+
+_fused_norm.register_autograd(_fused_norm_backward, setup_context=_setup_context)
+
+
+def _normalized_shape(normalized_shape) -> tuple[int, ...]:
+    dims = (normalized_shape,) if isinstance(normalized_shape, numbers.Integral) else normalized_shape
+    if (not isinstance(dims, Sequence) or isinstance(dims, str)
+            or not all(isinstance(d, numbers.Integral) and not isinstance(d, bool) for d in dims)):
+        raise TypeError(f"normalized_shape must be an int or a sequence of ints, got {normalized_shape!r}")
+    if not dims:
+        raise ValueError("normalized_shape must name at least one dim, got ()")
+    return tuple(int(d) for d in dims)
+
+
+def _check_param(name: str, t, x: torch.Tensor, shape: tuple[int, ...]) -> None:
+    if t is None:
+        return
+    _checks.float_tensor(name, t, (x.dtype, torch.float32))
+    _checks.same_device("x", x, name, t)
+    if tuple(t.shape) != shape:
+        raise ValueError(f"{name} must have shape normalized_shape {shape}, got {tuple(t.shape)}")
+
+
+def _check(x, normalized_shape, weight, bias, eps, residual, *, eps_may_be_none: bool) -> tuple[int, ...]:
+    _checks.float_tensor("x", x)
+    shape = _normalized_shape(normalized_shape)
+    if x.dim() < len(shape) or tuple(x.shape[x.dim() - len(shape):]) != shape:
+        raise ValueError(f"normalized_shape {shape} must be the trailing dims of x, got x of shape {tuple(x.shape)}")
+    _check_param("weight", weight, x, shape)
+    _check_param("bias", bias, x, shape)
+    if residual is not None:
+        _checks.float_tensor("residual", residual)
+        _checks.same_device("x", x, "residual", residual)
+        _checks.same_dtype("x", x, "residual", residual)
+        _checks.same_shape("x", x, "residual", residual)
+    if eps is None and eps_may_be_none:
+        return shape
+    if not isinstance(eps, numbers.Real) or isinstance(eps, bool):
+        raise TypeError(f"eps must be a float, got {type(eps).__name__}")
+    if not eps >= 0 or math.isinf(eps):
+        raise ValueError(f"eps must be a finite float >= 0, got {eps}")
+    return shape
+
+
+def _norm(x, shape, weight, bias, eps: float, residual, rms: bool):
+    args = (backward_.as_rows(x, len(shape)), _flat_param(weight), _flat_param(bias),
+            backward_.as_rows(residual, len(shape)), float(eps), rms)
+    grad = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (x, weight, bias, residual))
+    if grad or torch.compiler.is_compiling():
+        y, h, _, _ = _fused_norm(*args)
+    else:  # no graph to record: skip the custom op's dispatch
+        y, h, _, _ = forward_rows(*args)
+    y = y.view(x.shape)
+    return y if residual is None else (y, h.view(x.shape))
+
+
+def layer_norm(x: torch.Tensor, normalized_shape, weight: torch.Tensor | None = None, bias: torch.Tensor | None = None,
+               eps: float = 1e-5, residual: torch.Tensor | None = None):
+    """torch.nn.functional.layer_norm(x, normalized_shape, weight, bias, eps) with the tuned config.
+
+    With `residual`, the add is fused: returns (layer_norm(x + residual), x + residual); y normalizes the
+    exact sum, the returned sum is rounded to x's dtype. Differentiable in x, weight, bias and residual through tuned backward kernels; a torch custom op, so
+    it works under torch.compile(fullgraph=True).
+    """
+    shape = _check(x, normalized_shape, weight, bias, eps, residual, eps_may_be_none=False)
+    return _norm(x, shape, weight, bias, eps, residual, rms=False)
+
+
+def rms_norm(x: torch.Tensor, normalized_shape, weight: torch.Tensor | None = None, eps: float | None = None,
+             residual: torch.Tensor | None = None):
+    """torch.nn.functional.rms_norm(x, normalized_shape, weight, eps) with the tuned config; eps=None
+    means what it means there: float32's epsilon, the dtype torch computes in (for half inputs too).
+
+    With `residual`, the add is fused: returns (rms_norm(x + residual), x + residual); y normalizes the
+    exact sum, the returned sum is rounded to x's dtype. Differentiable in x, weight and residual through tuned backward kernels; a torch custom op, so it
+    works under torch.compile(fullgraph=True).
+    """
+    shape = _check(x, normalized_shape, weight, None, eps, residual, eps_may_be_none=True)
+    return _norm(x, shape, weight, None, problems_.RMS_NORM_DEFAULT_EPS if eps is None else eps, residual, rms=True)

@@ -1,0 +1,185 @@
+"""layer_norm / rms_norm: the forward holds rows whole in registers ("single") or streams them in chunks
+("looped"); the backward sums the weight and bias gradients over rows through per-program partial rows
+and a second small kernel ("partials") or float32 atomics ("atomic").
+
+Every constraint depends on the problem only through next_pow2(rows) and next_pow2(N), the numbers of
+its bucket: a config that runs on one problem of a bucket runs on all of them.
+"""
+
+from __future__ import annotations
+
+import math
+
+from autotune.space import Config, Param, Problem, SearchSpace, powers_of_two
+from autotune.strategies import next_pow2
+
+MIN_BLOCK = 16
+MAX_BLOCK = 65536
+MAX_FORWARD_ELEMENTS_PER_THREAD = 64
+MAX_BACKWARD_ELEMENTS_PER_THREAD = 16
+"""The backward holds several row-sized float64 arrays (x, dy, weight, the centered x, two gradient sums),
+two registers per element each, where the forward holds one or two float32 arrays."""
+MAX_MULTI_ROW_BLOCK = 4096
+WARPS = (1, 2, 4, 8, 16, 32)
+STAGES = (1, 2, 3, 4)
+ROWS = (1, 2, 4, 8, 16)
+PROGRAMS_PER_SM = (1, 2, 4, 8)
+"""Programs of the backward per SM; each owns a float64 partial row of the parameter gradients."""
+BLOCKS = powers_of_two(MIN_BLOCK, MAX_BLOCK)
+
+FORWARD_DEFAULT: Config = {"variant": "looped", "BLOCK_N": 1024, "ROWS_PER_PROGRAM": 1, "num_warps": 4, "num_stages": 2}
+"""The forward fallback: looped runs (and is right) on rows of any length."""
+BACKWARD_DEFAULT: Config = {"variant": "partials", "BLOCK_N": 1024, "PROGRAMS_PER_SM": 2, "num_warps": 4, "num_stages": 2}
+"""The backward fallback: a 1024 block covers short rows in one chunk and long ones in several."""
+
+
+def row_shape(problem: Problem) -> tuple[int, int]:
+    """(rows, N): how many rows are normalized and how many elements each holds (the normalized dims)."""
+    shape = list(problem["shape"])
+    k = problem.get("norm_dims", 1)
+    return math.prod(shape[: len(shape) - k]), math.prod(shape[len(shape) - k :])
+
+
+def full_block(n: int) -> int:
+    """The block that holds a whole row: its length rounded up to a power of two."""
+    return max(MIN_BLOCK, next_pow2(n))
+
+
+def _is_default(c: Config) -> bool:
+    return c == FORWARD_DEFAULT or c == BACKWARD_DEFAULT
+
+
+def _forward_block_fits_variant(c: Config, p: Problem) -> str | None:
+    full = full_block(row_shape(p)[1])
+    if c["variant"] == "single" and c["BLOCK_N"] != full:
+        # Smaller cannot hold the row; larger only adds masked lanes.
+        return f"single needs BLOCK_N == {full} (the row length rounded up to a power of two)"
+    if c["variant"] == "looped" and c["BLOCK_N"] >= full and not _is_default(c):
+        # One chunk per row: looped reads the row twice where single reads it once. The default is exempt:
+        # the runtime falls back to it on every problem, where it is right, only slower.
+        return "looped with a block that holds the whole row: single reads it once instead of twice"
+    return None
+
+
+def _single_has_no_loop(c: Config, p: Problem) -> str | None:
+    if c["variant"] == "single" and c["num_stages"] != 1:
+        return "single has no loop to pipeline: num_stages must be 1"
+    return None
+
+
+def _forward_fits_in_registers(c: Config, p: Problem) -> str | None:
+    # The tile lives in registers; past this the compiler spills to local memory.
+    if c["ROWS_PER_PROGRAM"] * c["BLOCK_N"] > MAX_FORWARD_ELEMENTS_PER_THREAD * 32 * c["num_warps"]:
+        return f"ROWS_PER_PROGRAM * BLOCK_N > {MAX_FORWARD_ELEMENTS_PER_THREAD} elements per thread"
+    return None
+
+
+def _no_idle_warps(c: Config, p: Problem) -> str | None:
+    # A tile smaller than the program's threads leaves warps with nothing to do; one warp is the floor.
+    if c["num_warps"] > 1 and c.get("ROWS_PER_PROGRAM", 1) * c["BLOCK_N"] < 32 * c["num_warps"]:
+        return "ROWS_PER_PROGRAM * BLOCK_N < 32 * num_warps: idle warps"
+    return None
+
+
+def _rows_only_for_short_blocks(c: Config, p: Problem) -> str | None:
+    # Several rows per program amortize the reductions over short rows; a long row fills a program alone.
+    if c["ROWS_PER_PROGRAM"] > 1 and c["BLOCK_N"] > MAX_MULTI_ROW_BLOCK:
+        return f"ROWS_PER_PROGRAM > 1 needs BLOCK_N <= {MAX_MULTI_ROW_BLOCK}"
+    return None
+
+
+def _rows_exist(c: Config, p: Problem) -> str | None:
+    # Row slots past the last row are masked work in every program.
+    if c["ROWS_PER_PROGRAM"] > next_pow2(row_shape(p)[0]):
+        return "ROWS_PER_PROGRAM exceeds the number of rows rounded up to a power of two"
+    return None
+
+
+def _suggest_forward(trial, problem: Problem) -> Config:
+    """Variant first; single's block and stages follow from the row, so only looped draws them."""
+    variant = trial.suggest_categorical("variant", ["single", "looped"])
+    rows = trial.suggest_categorical("ROWS_PER_PROGRAM", list(ROWS))
+    warps = trial.suggest_categorical("num_warps", list(WARPS))
+    if variant == "single":
+        return {"variant": variant, "BLOCK_N": full_block(row_shape(problem)[1]), "ROWS_PER_PROGRAM": rows,
+                "num_warps": warps, "num_stages": 1}
+    return {"variant": variant, "BLOCK_N": trial.suggest_categorical("BLOCK_N", list(BLOCKS)), "ROWS_PER_PROGRAM": rows,
+            "num_warps": warps, "num_stages": trial.suggest_categorical("num_stages", list(STAGES))}
+
+
+FORWARD_SPACE = SearchSpace(
+    params=(
+        Param("variant", ("single", "looped")),
+        Param("BLOCK_N", BLOCKS),
+        Param("ROWS_PER_PROGRAM", ROWS),
+        Param("num_warps", WARPS),
+        Param("num_stages", STAGES),
+    ),
+    default=FORWARD_DEFAULT,
+    constraints=(
+        _forward_block_fits_variant,
+        _single_has_no_loop,
+        _forward_fits_in_registers,
+        _no_idle_warps,
+        _rows_only_for_short_blocks,
+        _rows_exist,
+    ),
+    suggest_fn=_suggest_forward,
+)
+
+
+def one_chunk_fits(block: int, warps: int) -> bool:
+    """Whether the backward can hold a row of `block` elements in registers with `warps` warps."""
+    return block <= MAX_BACKWARD_ELEMENTS_PER_THREAD * 32 * warps
+
+
+def _backward_block_fits_row(c: Config, p: Problem) -> str | None:
+    full = full_block(row_shape(p)[1])
+    if _is_default(c):
+        return None  # runs everywhere: one masked chunk for short rows, several for long ones
+    if c["BLOCK_N"] > full:
+        return f"BLOCK_N > {full} (the row length rounded up to a power of two): only masked lanes"
+    if c["BLOCK_N"] < full and one_chunk_fits(full, max(WARPS)):
+        # Chunks read x and dy twice; only rows that no program can hold in registers are worth it.
+        return f"chunks are for rows wider than {MAX_BACKWARD_ELEMENTS_PER_THREAD * 32 * max(WARPS)}: BLOCK_N must be {full}"
+    return None
+
+
+def _backward_fits_in_registers(c: Config, p: Problem) -> str | None:
+    if not one_chunk_fits(c["BLOCK_N"], c["num_warps"]):
+        return f"BLOCK_N > {MAX_BACKWARD_ELEMENTS_PER_THREAD} elements per thread"
+    return None
+
+
+def _suggest_backward(trial, problem: Problem) -> Config:
+    """The reduction variant and grid first; the block follows from the row unless the row needs chunks."""
+    full = full_block(row_shape(problem)[1])
+    config = {
+        "variant": trial.suggest_categorical("variant", ["partials", "atomic"]),
+        "PROGRAMS_PER_SM": trial.suggest_categorical("PROGRAMS_PER_SM", list(PROGRAMS_PER_SM)),
+        "num_warps": trial.suggest_categorical("num_warps", list(WARPS)),
+        "num_stages": trial.suggest_categorical("num_stages", list(STAGES)),
+    }
+    wide = not one_chunk_fits(full, max(WARPS))
+    config["BLOCK_N"] = trial.suggest_categorical("BLOCK_N", list(BLOCKS)) if wide else min(full, MAX_BLOCK)
+    return config
+
+
+BACKWARD_SPACE = SearchSpace(
+    params=(
+        Param("variant", ("partials", "atomic")),
+        Param("BLOCK_N", BLOCKS),
+        Param("PROGRAMS_PER_SM", PROGRAMS_PER_SM),
+        Param("num_warps", WARPS),
+        Param("num_stages", STAGES),
+    ),
+    default=BACKWARD_DEFAULT,
+    constraints=(_backward_block_fits_row, _backward_fits_in_registers, _no_idle_warps),
+    suggest_fn=_suggest_backward,
+)
+
+
+def bucket(problem: Problem) -> str:
+    """Rows and row length, each rounded up to a power of two, and whether a residual is fused (1) or not (0)."""
+    rows, n = row_shape(problem)
+    return f"m={next_pow2(rows)},n={next_pow2(n)},res={int(bool(problem.get('residual')))}"
