@@ -353,3 +353,15 @@ def test_bucket_edges_stay_in_the_bucket_and_cover_the_hard_rows():
     assert {p["shape"][1] for p in edges} == {2049, 4095, 4096}
     assert {p["values"] for p in edges} == {"constant", "offset", "random"}
     assert all(p["residual"] for p in edges) and max(math.prod(p["shape"]) for p in edges) <= 33 * 4096
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: str(d).removeprefix("torch."))
+@pytest.mark.parametrize("kernel", SPECS)
+def test_both_variants_verify_on_the_gpu_at_the_preset_shapes(kernel, dtype):
+    spec = SPECS[kernel]
+    for preset in spec.presets:
+        single = config(variant="single", BLOCK_N=preset["shape"][-1], num_warps=8, num_stages=1)
+        for tried in (dict(SPACE.default), single):
+            result = verify(spec, tried, dtype, examples=20, extra_problems=spec.edges_for(preset))
+            assert result.passed, result.failure and result.failure.describe()

@@ -5,6 +5,7 @@ calling the norms compiles with torch.compile(fullgraph=True) and trains like ea
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -80,13 +81,11 @@ def test_rows_wider_than_any_block_go_in_chunks(kernel, variant):
     assert reason is None, reason
 
 
-def test_the_gate_catches_a_wrong_weight_gradient():
-    def drops_a_row(inputs, config, out):  # as if one program's partial row were never added in
+def test_the_gate_catches_gradients_that_miss_a_row():
+    def drops_a_row(inputs, config, out):  # as if the last row's dy were never read
         inputs = {**inputs, "dy": inputs["dy"].clone()}
         inputs["dy"].view(-1, inputs["dy"].shape[-1])[-1] = 0
         return LAYER_NORM_BACKWARD.launch(inputs, config, out)
-
-    import dataclasses
 
     spec = dataclasses.replace(LAYER_NORM_BACKWARD, launch=drops_a_row)
     result = verify(spec, dict(SPACE.default), torch.float32, examples=0, extra_problems=[problem([6, 40])])
@@ -239,3 +238,15 @@ def test_torch_compile_fullgraph_matches_eager_torch_forward_and_backward(monkey
         torch.testing.assert_close(g, e, atol=1e-4, rtol=1e-4)
     # The compiled graph calls the tuned kernels, forward and backward.
     assert [name for name, _ in launches] == ["layer_norm", "rms_norm", "rms_norm_backward", "layer_norm_backward"]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: str(d).removeprefix("torch."))
+@pytest.mark.parametrize("kernel", SPECS)
+def test_both_reductions_verify_on_the_gpu_at_the_preset_shapes(kernel, dtype):
+    spec = SPECS[kernel]
+    for preset in spec.presets:
+        for variant in ("partials", "atomic"):
+            tried = config(variant=variant, BLOCK_N=preset["shape"][-1], PROGRAMS_PER_SM=2, num_warps=16, num_stages=2)
+            result = verify(spec, tried, dtype, examples=20, extra_problems=spec.edges_for(preset))
+            assert result.passed, result.failure and result.failure.describe()

@@ -68,9 +68,17 @@ def _affine_store(xc, rstd, w_ptr, b_ptr, y_ptr, y_offs, cols, col_ok, mask,
                   HAS_WEIGHT: tl.constexpr, HAS_BIAS: tl.constexpr):
     y = xc.to(tl.float32) * rstd[:, None]
     if HAS_WEIGHT:
-        y = y * tl.load(w_ptr + cols, mask=col_ok, other=0.0).to(tl.float32)[None, :]
+        w = tl.load(w_ptr + cols, mask=col_ok, other=0.0).to(tl.float32)[None, :]
     if HAS_BIAS:
-        y = y + tl.load(b_ptr + cols, mask=col_ok, other=0.0).to(tl.float32)[None, :]
+        b = tl.load(b_ptr + cols, mask=col_ok, other=0.0).to(tl.float32)[None, :]
+    if HAS_WEIGHT and HAS_BIAS:
+        # One rounding where y * w and b cancel, as compiled code contracts it anyway; the interpreter
+        # would round twice.
+        y = tl.fma(y, w, b)
+    elif HAS_WEIGHT:
+        y = y * w
+    elif HAS_BIAS:
+        y = y + b
     tl.store(y_ptr + y_offs, round_to(y, y_ptr.dtype.element_ty), mask=mask)
 
 
