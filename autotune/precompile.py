@@ -57,7 +57,6 @@ class CompilePool:
         self._pool = concurrent.futures.ProcessPoolExecutor(
             workers, mp_context=multiprocessing.get_context("spawn"), initializer=_start_worker
         )
-        self.compiled = 0
 
     def compile(self, spec: KernelSpec, problems: Sequence[Problem], dtype: torch.dtype, configs: Iterable[Config]) -> int:
         """Compile configs in parallel for every problem they will run on (each layout, alignment and size
@@ -68,9 +67,7 @@ class CompilePool:
         args = (name, json.dumps(list(problems), sort_keys=True), DTYPE_NAMES[dtype])
         futures = [self._pool.submit(_compile, *args, json.dumps(c, sort_keys=True)) for c in configs]
         done, _ = concurrent.futures.wait(futures, timeout=COMPILE_TIMEOUT_S)
-        built = sum(1 for f in done if f.exception() is None and f.result() is None)
-        self.compiled += built
-        return built
+        return sum(1 for f in done if f.exception() is None and f.result() is None)
 
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)

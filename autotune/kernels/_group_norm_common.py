@@ -245,14 +245,14 @@ def make_forward_inputs(problem: dict, dtype: torch.dtype, device: torch.device,
 
 def lookup_config(table, x: torch.Tensor, groups: int, activation: str) -> dict:
     """The config `table` (a runtime.TunedConfigs) holds for a call on x, found by the call's bucket."""
-    xs = flat_strides(x)
-    inner = xs is not None and channels_inner(xs, x.shape[1], spatial_size(x))
-
     def problem() -> dict:
+        # Only on a call shape not seen before: the memo key holds the strides that decide the layout.
+        xs = flat_strides(x)
+        inner = xs is not None and channels_inner(xs, x.shape[1], spatial_size(x))
         layout = "channels_last" if inner else "contiguous"
         return {"shape": list(x.shape), "groups": groups, "layout": layout, "activation": activation}
 
-    return table.lookup(x.dtype, (x.shape, groups, inner), lambda: bucket(problem()), problem)
+    return table.lookup(x.dtype, (x.shape, x.stride(), groups), lambda: bucket(problem()), problem)
 
 
 def cost(problem: dict, dtype: torch.dtype, *, streams: int, param_passes: int, flops_per_element: int) -> Cost:

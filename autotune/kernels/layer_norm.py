@@ -204,10 +204,6 @@ def _as_rows(t: torch.Tensor | None, norm_dims: int) -> torch.Tensor | None:
     return backward_.unit_stride(backward_.as_rows(t, norm_dims))
 
 
-def _flat_param(t: torch.Tensor | None) -> torch.Tensor | None:
-    return None if t is None else t.reshape(-1).contiguous()
-
-
 def _launch_spec(inputs: Inputs, config: dict, out, rms: bool):
     """A spec's launch: normalize inputs into `out` (y, or (y, h) with a residual; contiguous)."""
     k = len(inputs["normalized_shape"])
@@ -217,7 +213,7 @@ def _launch_spec(inputs: Inputs, config: dict, out, rms: bool):
     if x.numel() == 0:
         return out
     stats = torch.empty((3, x.shape[0]), dtype=torch.float32, device=x.device)
-    launch_rows(x, residual, _flat_param(inputs["weight"]), _flat_param(inputs["bias"]), y.view(x.shape),
+    launch_rows(x, residual, backward_.flat(inputs["weight"]), backward_.flat(inputs["bias"]), y.view(x.shape),
                 None if h is None else h.view(x.shape), None if rms else stats[:2], stats[2], inputs["eps"], rms, config)
     return out
 
@@ -372,7 +368,7 @@ def _check(x, normalized_shape, weight, bias, eps, residual, *, eps_may_be_none:
 
 
 def _norm(x, shape, weight, bias, eps: float, residual, rms: bool):
-    args = (backward_.as_rows(x, len(shape)), _flat_param(weight), _flat_param(bias),
+    args = (backward_.as_rows(x, len(shape)), backward_.flat(weight), backward_.flat(bias),
             backward_.as_rows(residual, len(shape)), float(eps), rms)
     grad = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (x, weight, bias, residual))
     if grad or torch.compiler.is_compiling():

@@ -251,7 +251,8 @@ def as_rows(t: torch.Tensor | None, norm_dims: int) -> torch.Tensor | None:
     return t.reshape(math.prod(t.shape[:split]), math.prod(t.shape[split:]))
 
 
-def _flat(t: torch.Tensor | None) -> torch.Tensor | None:
+def flat(t: torch.Tensor | None) -> torch.Tensor | None:
+    """A weight or bias as one contiguous row (None stays None)."""
     return None if t is None else t.reshape(-1).contiguous()
 
 
@@ -265,7 +266,7 @@ def _launch_spec(inputs: Inputs, config: dict, out, rms: bool):
     if rows.shape[1] == 0:
         return out
     launch_rows(
-        unit_stride(as_rows(inputs["dy"], k)), unit_stride(rows), _flat(inputs["weight"]), inputs["mean"],
+        unit_stride(as_rows(inputs["dy"], k)), unit_stride(rows), flat(inputs["weight"]), inputs["mean"],
         unit_stride(as_rows(inputs["dh"], k)), dx.view(rows.shape),
         None if dw is None else dw.view(-1), None if db is None else db.view(-1), inputs["eps"], rms, config,
     )
@@ -351,7 +352,7 @@ def _(dy, x, weight, bias, mean, dh, eps, rms):
 def _public(inputs: Inputs, rms: bool):
     k = len(inputs["normalized_shape"])
     return fused_norm_backward(
-        as_rows(inputs["dy"], k), as_rows(inputs["x"], k), _flat(inputs["weight"]), _flat(inputs["bias"]),
+        as_rows(inputs["dy"], k), as_rows(inputs["x"], k), flat(inputs["weight"]), flat(inputs["bias"]),
         inputs["dy"].new_empty(0, dtype=torch.float32) if rms else inputs["mean"], as_rows(inputs["dh"], k),
         inputs["eps"], rms,
     )
