@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The GPU work of one device session, in stages: bash benchmarks/gpu_session.sh STAGE...
-# Stages: check | search-add | search-softmax | search-fix | reverify | gpu-tests | compare | hot-path | quality
+# Stages: check | search-add | search-softmax | search-fix | search-norms | reverify | gpu-tests | compare | compare-norms
+#         | hot-path | quality
 # The config database is $AUTOTUNE_DB (default $OUT/tuned.sqlite); logs go to $OUT.
 set -uo pipefail
 export PYTHONUNBUFFERED=1
@@ -26,6 +27,17 @@ for stage in "$@"; do
     search-fix)
       at search softmax --gpu "$GPU" --trials 36 --timeout 40 --dtype fp32 --shape 4096x32768 --shape 1024x131072 >>"$OUT/search.log" 2>>"$OUT/search.err"
       tail -4 "$OUT/search.log"; grep evaluated "$OUT/search.err" ;;
+    search-norms)  # NORM_KERNELS, NORM_DTYPES, TRIALS_NORM, STUDY_TIMEOUT narrow it
+      for kernel in ${NORM_KERNELS:-layer_norm rms_norm group_norm layer_norm_backward rms_norm_backward group_norm_backward}; do
+        for dtype in ${NORM_DTYPES:-bf16 fp16 fp32}; do
+          at search "$kernel" --gpu "$GPU" --trials "${TRIALS_NORM:-30}" ${STUDY_TIMEOUT:+--timeout $STUDY_TIMEOUT} --dtype "$dtype" \
+            >>"$OUT/search.log" 2>>"$OUT/search.err"
+          tail -5 "$OUT/search.log"; grep evaluated "$OUT/search.err" | tail -3
+        done
+      done ;;
+    compare-norms)
+      kernels=""; for k in ${NORM_KERNELS:-layer_norm rms_norm group_norm layer_norm_backward rms_norm_backward group_norm_backward}; do kernels="$kernels --kernel $k"; done
+      python3 benchmarks/compare.py $kernels ${COMPARE_DTYPES:---dtype bf16} --out "$OUT/compare-norms-$GPU-$stamp" ;;
     compare)
       python3 benchmarks/compare.py --kernel vector_add --kernel softmax --out "$OUT/compare-$GPU-$stamp" ;;
     hot-path)
@@ -33,7 +45,7 @@ for stage in "$@"; do
     reverify)
       python3 benchmarks/reverify_db.py --db "$AUTOTUNE_DB" --examples "${REVERIFY_EXAMPLES:-100}" --out "$OUT/reverify-$GPU-$stamp" ;;
     gpu-tests)
-      python3 -m pytest -q -m gpu tests/test_gpu.py -p no:cacheprovider ;;
+      python3 -m pytest -q -m gpu tests/ -p no:cacheprovider ${GPU_TESTS_K:+-k "$GPU_TESTS_K"} ;;
     quality)
       python3 benchmarks/search_quality.py --kernel softmax --dtype bf16 ${QUALITY_SHAPES:---shape 4096x4096 --shape 4096x32768 --shape 1024x131072} --out "$OUT/search-quality-$GPU-$stamp" ;;
     *) echo "unknown stage $stage"; exit 2 ;;

@@ -55,6 +55,13 @@ def test_compare_never_lets_nan_pass_and_demands_torch_overflow_semantics():
     base = torch.tensor([float("inf")], dtype=torch.float16)
     assert compare(torch.tensor([float("inf")], dtype=torch.float16), ref, base, torch.float16)[2] is None
     assert compare(torch.tensor([65504.0], dtype=torch.float16), ref, base, torch.float16)[2] is not None
+    # Where the true value is still finite in fp16 (65510 rounds to 65504) but PyTorch overflowed on the
+    # way, the right finite answer passes too, and so does copying PyTorch.
+    ref = torch.tensor([1.0, 65510.0], dtype=torch.float64)
+    base = torch.tensor([1.0, float("inf")], dtype=torch.float16)
+    assert compare(torch.tensor([1.0, 65504.0], dtype=torch.float16), ref, base, torch.float16)[2] is None
+    assert compare(base, ref, base, torch.float16)[2] is None
+    assert compare(torch.tensor([1.0, 60000.0], dtype=torch.float16), ref, base, torch.float16)[2] is not None
 
 
 def test_budget_is_earned_from_pytorch_error_not_a_fixed_tolerance():

@@ -112,7 +112,10 @@ def spatial_size(t: torch.Tensor) -> int:
 
 
 def torch_format(t: torch.Tensor) -> torch.memory_format:
-    """The memory format PyTorch's group_norm works in for t: channels_last where t is dense in it."""
+    """The memory format PyTorch's group_norm works in for t: on the CPU channels_last where t is dense in
+    it; on CUDA always contiguous (aten's group_norm copies other layouts before native_group_norm)."""
+    if t.device.type != "cpu":
+        return torch.contiguous_format
     for fmt, rank in ((torch.channels_last, 4), (torch.channels_last_3d, 5)):
         if t.dim() == rank and not t.is_contiguous() and t.is_contiguous(memory_format=fmt):
             return fmt

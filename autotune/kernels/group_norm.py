@@ -41,7 +41,11 @@ def _chan_combine(n_a, mean_a, m2_a, n_b, mean_b, m2_b):
 
 # Statistics are reduced from d = x - pivot, pivot being the group's first element: a large common
 # offset costs them no precision, and a constant group has d == 0, so its mean is exactly the constant
-# and its variance exactly 0. ACC is the arithmetic dtype (see `accumulator`).
+# and its variance exactly 0. They are reduced in float64 (STAT) whatever the data: the saved mean is
+# float64, and for a group of zero-mean data spread by 1 float32 sums of d (of the size of the pivot)
+# left it off by a few 1e-8, ten times PyTorch's error on an H100. The normalize step computes in ACC
+# (see `accumulator`).
+STAT = tl.constexpr(tl.float64)
 
 
 @triton.jit
@@ -66,12 +70,12 @@ def _group_norm_single_kernel(
     s = tl.arange(0, BLOCK_HW)
     c_mask = c < cg
     mask = c_mask[:, None] & (s < hw)[None, :]
-    pivot = tl.load(x_group).to(ACC)
-    x = tl.load(x_group + c[:, None] * x_sc + s[None, :] * x_ss, mask=mask, other=0.0).to(ACC)
-    count = tl.cast(cg * hw, ACC)
-    mean_d, m2 = _tile_moments(tl.where(mask, x - pivot, 0.0), mask, count)
+    pivot = tl.load(x_group).to(STAT)
+    x = tl.load(x_group + c[:, None] * x_sc + s[None, :] * x_ss, mask=mask, other=0.0)
+    count = tl.cast(cg * hw, STAT)
+    mean_d, m2 = _tile_moments(tl.where(mask, x.to(STAT) - pivot, 0.0), mask, count)
     mean, rstd = _finish(pivot, mean_d, m2, count, eps)
-    xhat = (x - mean) * rstd
+    xhat = (x.to(ACC) - mean.to(ACC)) * rstd.to(ACC)
     y = activate(affine(xhat, w_ptr, b_ptr, first_channel + c, c_mask, HAS_W, HAS_B), ACTIVATION)
     y_tile = y_ptr + n.to(tl.int64) * y_sn + first_channel.to(tl.int64) * y_sc + c[:, None] * y_sc + s[None, :] * y_ss
     tl.store(y_tile, y.to(y_ptr.dtype.element_ty), mask=mask)
@@ -133,10 +137,10 @@ def _group_norm_looped_kernel(
     n, first_channel = row // groups, (row % groups) * cg
     x_group = x_ptr + n.to(tl.int64) * x_sn + first_channel.to(tl.int64) * x_sc
     y_group = y_ptr + n.to(tl.int64) * y_sn + first_channel.to(tl.int64) * y_sc
-    pivot = tl.load(x_group).to(ACC)
-    count, mean_d, m2 = _group_moments(x_group, pivot, cg, 0, hw, x_sc, x_ss, ACC, BLOCK_C, BLOCK_HW)
+    pivot = tl.load(x_group).to(STAT)
+    count, mean_d, m2 = _group_moments(x_group, pivot, cg, 0, hw, x_sc, x_ss, STAT, BLOCK_C, BLOCK_HW)
     mean, rstd = _finish(pivot, mean_d, m2, count, eps)
-    _normalize_range(x_group, y_group, w_ptr, b_ptr, first_channel, cg, 0, hw, mean, rstd,
+    _normalize_range(x_group, y_group, w_ptr, b_ptr, first_channel, cg, 0, hw, mean.to(ACC), rstd.to(ACC),
                      x_sc, x_ss, y_sc, y_ss, HAS_W, HAS_B, ACTIVATION, ACC, BLOCK_C, BLOCK_HW)
     tl.store(mean_ptr + row, mean.to(tl.float64))
     tl.store(rstd_ptr + row, rstd.to(tl.float32))
@@ -145,18 +149,18 @@ def _group_norm_looped_kernel(
 @triton.jit
 def _group_norm_split_stats_kernel(
     x_ptr, partial_ptr, groups, cg, hw, chunk, x_sn, x_sc, x_ss,
-    ACC: tl.constexpr, SPLIT: tl.constexpr, BLOCK_C: tl.constexpr, BLOCK_HW: tl.constexpr,
+    SPLIT: tl.constexpr, BLOCK_C: tl.constexpr, BLOCK_HW: tl.constexpr,
 ):
     """SPLIT programs per (sample, group), each writing the mean and squared deviations of x - pivot
-    over its positions [part * chunk, (part + 1) * chunk), in ACC."""
+    over its positions [part * chunk, (part + 1) * chunk), in STAT."""
     row = tl.program_id(0)
     part = tl.program_id(1)
     n, first_channel = row // groups, (row % groups) * cg
     x_group = x_ptr + n.to(tl.int64) * x_sn + first_channel.to(tl.int64) * x_sc
-    pivot = tl.load(x_group).to(ACC)
+    pivot = tl.load(x_group).to(STAT)
     start = part * chunk
     _, mean_d, m2 = _group_moments(x_group, pivot, cg, start, tl.minimum(start + chunk, hw), x_sc, x_ss,
-                                   ACC, BLOCK_C, BLOCK_HW)
+                                   STAT, BLOCK_C, BLOCK_HW)
     tl.store(partial_ptr + (row * SPLIT + part) * 2, mean_d)
     tl.store(partial_ptr + (row * SPLIT + part) * 2 + 1, m2)
 
@@ -178,16 +182,16 @@ def _group_norm_split_normalize_kernel(
     y_group = y_ptr + n.to(tl.int64) * y_sn + first_channel.to(tl.int64) * y_sc
     k = tl.arange(0, SPLIT)
     k_start = k * chunk
-    k_count = (tl.maximum(tl.minimum(k_start + chunk, hw) - k_start, 0) * cg).to(ACC)
+    k_count = (tl.maximum(tl.minimum(k_start + chunk, hw) - k_start, 0) * cg).to(STAT)
     means = tl.load(partial_ptr + (row * SPLIT + k) * 2)
     m2s = tl.load(partial_ptr + (row * SPLIT + k) * 2 + 1)
-    count = tl.cast(cg * hw, ACC)
+    count = tl.cast(cg * hw, STAT)
     mean_d = tl.sum(k_count * means) / count
     m2 = tl.sum(m2s) + tl.sum(k_count * (means - mean_d) * (means - mean_d))
-    mean, rstd = _finish(tl.load(x_group).to(ACC), mean_d, m2, count, eps)
+    mean, rstd = _finish(tl.load(x_group).to(STAT), mean_d, m2, count, eps)
     start = part * chunk
     _normalize_range(x_group, y_group, w_ptr, b_ptr, first_channel, cg, start, tl.minimum(start + chunk, hw),
-                     mean, rstd, x_sc, x_ss, y_sc, y_ss, HAS_W, HAS_B, ACTIVATION, ACC, BLOCK_C, BLOCK_HW)
+                     mean.to(ACC), rstd.to(ACC), x_sc, x_ss, y_sc, y_ss, HAS_W, HAS_B, ACTIVATION, ACC, BLOCK_C, BLOCK_HW)
     if part == 0:
         tl.store(mean_ptr + row, mean.to(tl.float64))
         tl.store(rstd_ptr + row, rstd.to(tl.float32))
@@ -210,10 +214,9 @@ def _launch(x, y, weight, bias, mean, rstd, groups: int, eps: float, activation:
         kernel[(rows,)](x, y, *params, mean, rstd, groups, cg, hw, eps, *xs, *ys, **meta)
         return
     chunk = triton.cdiv(triton.cdiv(hw, split), block_hw) * block_hw
-    partial_dtype = torch.float64 if acc == tl.float64 else torch.float32
-    partials = torch.empty((rows, split, 2), dtype=partial_dtype, device=x.device)
+    partials = torch.empty((rows, split, 2), dtype=torch.float64, device=x.device)
     _group_norm_split_stats_kernel[(rows, split)](
-        x, partials, groups, cg, hw, chunk, *xs, ACC=acc, SPLIT=split, BLOCK_C=block_c, BLOCK_HW=block_hw,
+        x, partials, groups, cg, hw, chunk, *xs, SPLIT=split, BLOCK_C=block_c, BLOCK_HW=block_hw,
         num_warps=config["num_warps"], num_stages=config["num_stages"],
     )
     _group_norm_split_normalize_kernel[(rows, split)](

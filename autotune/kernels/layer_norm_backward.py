@@ -221,6 +221,7 @@ def launch_rows(dy, x, weight, mean, dh, dx, dw, db, eps: float, rms: bool, conf
         IS_RMS=rms, HAS_WEIGHT=weight is not None, HAS_BIAS=db is not None, HAS_DH=dh is not None,
         ATOMIC=atomic, ONE_CHUNK=one_chunk, BLOCK_N=block,
         num_warps=config["num_warps"], num_stages=config["num_stages"],
+        enable_fp_fusion=False,  # a fused multiply-add would keep a rounding error where dx cancels to 0 exactly
     )
     if atomic:
         for grad, buf in ((dw, dw_buf), (db, db_buf)):
@@ -273,19 +274,43 @@ def _launch_spec(inputs: Inputs, config: dict, out, rms: bool):
     return out
 
 
+def _norm_formula(x: torch.Tensor, norm_dims: int, weight, bias, eps: float, rms: bool) -> torch.Tensor:
+    """The norm written out in elementwise ops and means, for the float64 reference's autograd: not
+    torch's fused kernels, whose CUDA backward returned a bias gradient of 0 for 65537 rows of one
+    element (torch 2.11, float64 too)."""
+    dims = tuple(range(-norm_dims, 0))
+    if rms:
+        y = x * torch.rsqrt(x.square().mean(dims, keepdim=True) + eps)
+    else:
+        centered = x - x.mean(dims, keepdim=True)
+        y = centered * torch.rsqrt(centered.square().mean(dims, keepdim=True) + eps)
+    if weight is not None:
+        y = y * weight
+    return y if bias is None else y + bias
+
+
 def _torch_grads(inputs: Inputs, rms: bool, dtype: torch.dtype | None):
-    """Gradients of torch.nn.functional's norm (recomputed from x) in dtype (None: the inputs' own)."""
+    """Gradients of the norm (recomputed from x) in dtype: torch.nn.functional's in the inputs' own
+    dtype (None), the formula's in float64."""
     def leaf(t):
         return None if t is None else (t if dtype is None else t.to(dtype)).detach().requires_grad_()
 
     x, weight, bias = leaf(inputs["x"]), leaf(inputs["weight"]), leaf(inputs["bias"])
     shape = list(inputs["normalized_shape"])
     with torch.enable_grad():
-        if rms:
+        if dtype == torch.float64:
+            y = _norm_formula(x, len(shape), weight, bias, inputs["eps"], rms)
+        elif rms:
             y = torch.nn.functional.rms_norm(x, shape, weight, inputs["eps"])
-        elif weight is None and bias is not None and bias.dtype != x.dtype:
-            # torch's CPU backward rejects a lone bias of another dtype than x: the same math, bias added apart.
-            y = torch.nn.functional.layer_norm(x, shape, None, None, inputs["eps"]).to(bias.dtype) + bias
+        elif weight is None and bias is not None:
+            # torch's backward mishandles a lone bias: the CPU one rejects it in another dtype than x, the
+            # CUDA one returns an empty gradient for it past 65536 rows (torch 2.11). The same math, bias apart.
+            y = torch.nn.functional.layer_norm(x if bias.dtype == x.dtype else x.float(), shape, None, None,
+                                               inputs["eps"]) + bias
+        elif any(p is not None and p.dtype != x.dtype for p in (weight, bias)):
+            # float32 parameters on a half x: torch's mixed-dtype kernels compute in float32 and round dx
+            # once; CUDA's refuse a lone weight. The same math through x.float().
+            y = torch.nn.functional.layer_norm(x.float(), shape, weight, bias, inputs["eps"])
         else:
             y = torch.nn.functional.layer_norm(x, shape, weight, bias, inputs["eps"])
         leaves = [t for t in (x, weight, bias) if t is not None]
