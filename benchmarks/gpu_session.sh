@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The GPU work of one device session, in stages: bash benchmarks/gpu_session.sh STAGE...
-# Stages: check | search-add | search-softmax | search-fix | reverify | gpu-tests | compare | hot-path | quality
+# Stages: check | search-add | search-softmax | search-fix | reverify | gpu-tests | compare | hot-path | quality | multi-gpu
 # The config database is $AUTOTUNE_DB (default $OUT/tuned.sqlite); logs go to $OUT.
 set -uo pipefail
 export PYTHONUNBUFFERED=1
@@ -36,6 +36,8 @@ for stage in "$@"; do
       python3 -m pytest -q -m gpu tests/test_gpu.py -p no:cacheprovider ;;
     quality)
       python3 benchmarks/search_quality.py --kernel softmax --dtype bf16 ${QUALITY_SHAPES:---shape 4096x4096 --shape 4096x32768 --shape 1024x131072} --out "$OUT/search-quality-$GPU-$stamp" ;;
+    multi-gpu)
+      python3 benchmarks/multi_gpu.py --kernel softmax --dtype bf16 --shape 4096x4096 --trials "${TRIALS_MULTI:-60}" --gpus 2 --out "$OUT/multi-gpu-$GPU-$stamp" ;;
     *) echo "unknown stage $stage"; exit 2 ;;
   esac
 done
