@@ -29,6 +29,7 @@ from worker_kernels import GATHER_ADD, GATHER_ENV, HANG_ADD, HANG_ENV
 PROBLEM = vector_add.parse_shape("5000")
 State = optuna.trial.TrialState
 TESTS = os.path.dirname(__file__)
+HEARTBEAT = 2
 
 
 def start_worker(storage: str, study: str, index: int, **env: str) -> subprocess.Popen:
@@ -89,15 +90,16 @@ def test_three_workers_on_one_postgres_study_lose_no_trial_and_store_one_best(po
 
 
 def test_a_worker_killed_mid_trial_is_retried_by_the_others(postgres_url, tmp_path):
-    # A 1 s heartbeat: the killed worker's trial is stale 3 s after its last beat.
-    name = create_shared_study(HANG_ADD, PROBLEM, torch.float32, postgres_url, sampler="grid", examples=3, heartbeat_s=1)
+    # A 2 s heartbeat: the killed worker's trial is stale 6 s after its last beat (a live one, even on a
+    # loaded machine, never is).
+    name = create_shared_study(HANG_ADD, PROBLEM, torch.float32, postgres_url, sampler="grid", examples=3, heartbeat_s=HEARTBEAT)
     hang = tmp_path / "hung"
     victim = start_worker(postgres_url, name, 0, **{HANG_ENV: str(hang)})
     assert wait_for_pid(hang) == victim.pid
     [running] = [t for t in trials_of(postgres_url, name) if t.state == State.RUNNING]
     victim.send_signal(signal.SIGKILL)
     victim.wait()
-    time.sleep(GRACE_HEARTBEATS * 1 + 1)
+    time.sleep(GRACE_HEARTBEATS * HEARTBEAT + 1)
     survivors = [start_worker(postgres_url, name, i, **{HANG_ENV: str(hang)}) for i in (1, 2)]
     for w in survivors:
         finish(w)

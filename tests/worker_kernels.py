@@ -12,7 +12,7 @@ from autotune.kernels import vector_add
 from autotune.space import Param, SearchSpace
 
 GATHER_ENV = "AUTOTUNE_TEST_GATHER"
-"""'DIR:N': a process's first launch marks DIR and waits (up to a minute) until N processes have."""
+"""'DIR:N': a process's first launch marks DIR and waits (up to two minutes) until N processes have."""
 HANG_ENV = "AUTOTUNE_TEST_HANG_FILE"
 """Path of a file that the first launch creates, writing its process id, before it hangs (never returns)."""
 
@@ -27,7 +27,7 @@ def _gather_launch(inputs, config, out):
     if os.environ.get(GATHER_ENV) and not _gathered:
         directory, count = os.environ[GATHER_ENV].rsplit(":", 1)
         open(os.path.join(directory, str(os.getpid())), "w").close()
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + 120
         while len(os.listdir(directory)) < int(count) and time.monotonic() < deadline:
             time.sleep(0.05)
         _gathered.append(True)
