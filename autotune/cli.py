@@ -134,13 +134,18 @@ def verify(kernel: str, config_json: str | None, dtypes: tuple[str, ...], exampl
 @click.option("--timeout", type=float, help="Seconds per study.")
 @click.option("--sampler", type=click.Choice(["tpe", "gp", "random", "grid"]), default="tpe", show_default=True)
 @click.option("--db", "db_url", help="Config database: path or SQLAlchemy URL (default: $AUTOTUNE_DB or ~/.cache).")
-@click.option("--storage", help="Optuna storage URL for the studies (default: in memory).")
+@click.option("--storage", help="Shared Optuna storage: SQLAlchemy URL (several hosts) or journal file path (one host).")
+@click.option("--workers", type=click.IntRange(min=1), help="Worker processes on one shared study: one GPU each.")
+@click.option("--gpus", help="Comma-separated GPU indices: one worker process on each.")
+@click.option("--heartbeat", type=click.IntRange(min=1),
+              help="Seconds between a worker's heartbeats on a server storage (default 10); a trial 3 beats late is retried.")
 @click.option("--examples", default=20, show_default=True, help="Hypothesis problems per trial.")
 @click.option("--seed", default=0, show_default=True)
 @click.option("--compile-workers", type=click.IntRange(min=0),
               help="Processes compiling candidates ahead (default: up to 8 on a GPU, none under the interpreter).")
 @click.option("--format", "fmt", type=FORMATS, default="table", show_default=True)
-def search(kernel, gpu_name, dtypes, shapes, trials, timeout, sampler, db_url, storage, examples, seed, compile_workers, fmt) -> None:
+def search(kernel, gpu_name, dtypes, shapes, trials, timeout, sampler, db_url, storage, workers, gpus, heartbeat, examples,
+           seed, compile_workers, fmt) -> None:
     """Tune KERNEL on this GPU: one Optuna study per dtype and shape bucket; store the best."""
     from tqdm import tqdm
 
@@ -156,6 +161,14 @@ def search(kernel, gpu_name, dtypes, shapes, trials, timeout, sampler, db_url, s
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--shape") from None
     gpu.warn_if_interpreter_timings()
+    if storage or workers or gpus:
+        if compile_workers:
+            raise click.UsageError("--compile-workers is for a one-process search; not with --storage, --workers or --gpus")
+        jobs = [(problem, dtype) for dtype in _dtypes(dtypes, spec) for problem in problems]
+        options = dict(gpu_name=gpu_name, trials=trials, timeout=timeout, sampler=sampler, storage=storage, seed=seed,
+                       examples=examples, **({"heartbeat_s": heartbeat} if heartbeat else {}))
+        _emit([_search_row(spec, r) for r in _search_shared(spec, jobs, db_url, workers, gpus, options)], fmt)
+        return
     rows = []
     workers = default_workers() if compile_workers is None else compile_workers
     with _store(db_url) as store, contextlib.ExitStack() as stack:
@@ -181,6 +194,56 @@ def search(kernel, gpu_name, dtypes, shapes, trials, timeout, sampler, db_url, s
     _emit(rows, fmt)
     if any(r["best config"] is None for r in rows):
         raise click.ClickException("no verified config found for some studies (see the table)")
+
+
+def _gpu_list(text: str | None) -> list[int] | None:
+    if not text:
+        return None
+    try:
+        return [int(g) for g in text.split(",")]
+    except ValueError:
+        raise click.BadParameter(f"expected GPU indices like 0,1, got {text!r}", param_hint="--gpus") from None
+
+
+def _search_shared(spec, jobs, db_url, workers, gpus, options) -> list:
+    from tqdm import tqdm
+
+    from autotune.distributed import search_parallel
+
+    gpu_indices = _gpu_list(gpus)
+    with _store(db_url) as store, tqdm(desc=f"{spec.name}: evaluations", file=sys.stderr, leave=False) as bar:
+
+        def progress(done: int, total: int) -> None:
+            bar.total = total
+            bar.update(done - bar.n)
+
+        try:
+            results = search_parallel(spec, jobs, workers=workers or 1, gpus=gpu_indices, store=store, on_progress=progress, **options)
+        except ValueError as exc:
+            raise click.ClickException(str(exc)) from None
+    for r in results:
+        click.echo(f"{r.study_name}: {r.evaluations} evaluated in {len(r.trials)} trials; seconds: "
+                   + ", ".join(f"{k} {v:.1f}" for k, v in r.seconds.items()), err=True)
+    if any(r.best_config is None for r in results):
+        _emit([_search_row(spec, r) for r in results], "table")
+        raise click.ClickException("no verified config found for some studies (see the table)")
+    return results
+
+
+@main.command()
+@click.option("--storage", required=True, help="The Optuna storage the studies live in (as given to search).")
+@click.option("--study", "studies", multiple=True, help="Study to work on (repeatable; default: every autotune study there).")
+@click.option("--worker-index", type=click.IntRange(min=0), help="Makes this worker's sampler seed its own (default: process id).")
+def worker(storage: str, studies: tuple[str, ...], worker_index: int | None) -> None:
+    """Join shared search studies and run their trials until each budget is spent."""
+    from autotune.worker import run_worker
+
+    try:
+        ran = run_worker(storage, studies, index=worker_index)
+    except (ValueError, gpu.GPUMismatchError, registry.UnknownKernel) as exc:
+        raise click.ClickException(str(exc)) from None
+    for name, count in ran.items():
+        click.echo(f"{name}: {count} trial(s) run here")
 
 
 def _search_row(spec: autotune.KernelSpec, r) -> dict:

@@ -87,6 +87,22 @@ def check_gpu(requested: str) -> gpu.GPUInfo:
     return info
 
 
+def check_request(spec: KernelSpec, problem: Problem, dtype: torch.dtype, gpu_name: str) -> gpu.GPUInfo:
+    """The GPU a search of problem in dtype measures, once the kernel can run it; ValueError if not."""
+    info = check_gpu(gpu_name)
+    if dtype not in spec.dtypes:
+        raise ValueError(f"dtype {dtype} is not supported by {spec.name}; expected one of {spec.dtypes}")
+    reason = spec.space.rejects(spec.space.default, problem)
+    if reason:
+        raise ValueError(f"{spec.name}: the default config cannot run on {problem}: {reason}")
+    return info
+
+
+def default_max_numel(info: gpu.GPUInfo) -> int:
+    """Largest Hypothesis-drawn problem a trial verifies on: small under the interpreter."""
+    return (1 << 14) if info.is_interpreter else (1 << 20)
+
+
 def make_sampler(name: str, spec: KernelSpec, seed: int | None) -> optuna.samplers.BaseSampler:
     """An Optuna sampler by name: tpe, gp, random or grid (the whole space, constraints applied per trial)."""
     if name == "tpe":
@@ -209,14 +225,9 @@ def search(
     With `compile_workers` > 1 (or a CompilePool, shared by several searches) the sampler proposes that
     many configs at a time, and worker processes compile them in parallel before they are verified and
     timed one by one."""
-    info = check_gpu(gpu_name)
-    if dtype not in spec.dtypes:
-        raise ValueError(f"dtype {dtype} is not supported by {spec.name}; expected one of {spec.dtypes}")
-    reason = spec.space.rejects(spec.space.default, problem)
-    if reason:
-        raise ValueError(f"{spec.name}: the default config cannot run on {problem}: {reason}")
+    info = check_request(spec, problem, dtype, gpu_name)
     if max_numel is None:
-        max_numel = (1 << 14) if info.is_interpreter else (1 << 20)
+        max_numel = default_max_numel(info)
     bucket = spec.bucket(problem)
     name = study_name(spec, info.name, dtype, bucket)
     evaluator = Evaluator(spec, problem, dtype, examples=examples, seed=seed, max_numel=max_numel)
@@ -225,7 +236,7 @@ def search(
     study = optuna.create_study(
         study_name=name, storage=storage, sampler=make_sampler(sampler, spec, seed), direction="minimize", load_if_exists=True
     )
-    for warm in _warm_starts(spec, store, info.name, dtype, bucket):
+    for warm in warm_starts(spec, store, info.name, dtype, bucket):
         study.enqueue_trial(warm, skip_if_exists=True)
 
     outcomes: list[TrialOutcome] = []
@@ -234,11 +245,7 @@ def search(
     def objective(trial: optuna.Trial) -> float:
         outcome = evaluator(spec.space.suggest(trial, problem), trial.number)
         outcomes.append(outcome)
-        trial.set_user_attr("outcome", outcome.outcome)
-        if outcome.reason:
-            trial.set_user_attr("reason", outcome.reason)
-        if outcome.example is not None:
-            trial.set_user_attr("example", outcome.example)
+        record_outcome(trial, outcome)
         if outcome.time_ms is not None:
             best.append(min(best[-1], outcome.time_ms) if best else outcome.time_ms)
         if on_trial:
@@ -278,23 +285,61 @@ def search(
         compiled_ahead=evaluator.compiled_ahead, seconds=evaluator.seconds,
     )
     result.default_ms = evaluator(dict(spec.space.default)).time_ms
+    return conclude(
+        result, spec, dtype, info, examples_passed=evaluator.examples_passed, seed=seed,
+        final_examples=final_examples, max_numel=max_numel, store=store,
+    )
+
+
+def conclude(
+    result: SearchResult,
+    spec: KernelSpec,
+    dtype: torch.dtype,
+    info: gpu.GPUInfo,
+    *,
+    examples_passed: dict[str, int],
+    seed: int,
+    final_examples: int,
+    max_numel: int,
+    store: ConfigStore | None,
+) -> SearchResult:
+    """Re-verify the fastest configs of a finished study with more examples (and another seed), take the
+    first that passes as the best, and store it with every trial; `examples_passed` per config key."""
     started = time.perf_counter()
-    for outcome in sorted((o for o in outcomes if o.outcome == "ok"), key=lambda o: o.time_ms):
+    for outcome in sorted((o for o in result.trials if o.outcome == "ok"), key=lambda o: o.time_ms):
         final = verify(
             spec, outcome.config, dtype, examples=final_examples, seed=seed + 1, max_numel=max_numel,
-            extra_problems=evaluator.edges,
+            extra_problems=spec.edges_for(result.problem)[1:],
         )
         if final.passed:
             result.best_config, result.best_ms = outcome.config, outcome.time_ms
             key = json.dumps(outcome.config, sort_keys=True)
-            result.examples_verified = evaluator.examples_passed.get(key, 0) + final.examples
+            result.examples_verified = examples_passed.get(key, 0) + final.examples
             break
-    evaluator.seconds["final_verify"] = time.perf_counter() - started
+    result.seconds["final_verify"] = time.perf_counter() - started
     if result.best_ms is not None:
-        result.rate = bench.rate(spec.cost(problem, dtype), result.best_ms, bound=spec.bound, dtype_name=result.dtype, info=info)
+        result.rate = bench.rate(spec.cost(result.problem, dtype), result.best_ms, bound=spec.bound, dtype_name=result.dtype, info=info)
     if store is not None:
         _record(store, spec, result, info)
     return result
+
+
+def record_outcome(trial: optuna.Trial, outcome: TrialOutcome) -> None:
+    """Keep what a trial's config did in the study, where `outcome_of` reads it back in any process."""
+    trial.set_user_attr("config", outcome.config)
+    trial.set_user_attr("outcome", outcome.outcome)
+    if outcome.reason:
+        trial.set_user_attr("reason", outcome.reason)
+    if outcome.example is not None:
+        trial.set_user_attr("example", outcome.example)
+
+
+def outcome_of(trial: optuna.trial.FrozenTrial) -> TrialOutcome | None:
+    """The outcome `record_outcome` kept for a finished trial; None for a trial that never finished."""
+    attrs = trial.user_attrs
+    if trial.state not in (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED) or "outcome" not in attrs:
+        return None
+    return TrialOutcome(trial.number, attrs["config"], attrs["outcome"], attrs.get("reason"), trial.value, attrs.get("example"))
 
 
 def _optimize_in_batches(
@@ -327,7 +372,8 @@ def _optimize_in_batches(
                 study.tell(trial, state=optuna.trial.TrialState.PRUNED)
 
 
-def _warm_starts(spec: KernelSpec, store: ConfigStore | None, gpu_name: str, dtype: torch.dtype, bucket: str) -> list[Config]:
+def warm_starts(spec: KernelSpec, store: ConfigStore | None, gpu_name: str, dtype: torch.dtype, bucket: str) -> list[Config]:
+    """The configs a study tries first: the space's default, then the best stored for its bucket, if any."""
     configs = [dict(spec.space.default)]
     if store is not None:
         for row in store.best_rows(kernel=spec.name, gpu=gpu_name, dtype=DTYPE_NAMES[dtype], source_hash=spec.source_hash):

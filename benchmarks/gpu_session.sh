@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The GPU work of one device session, in stages: bash benchmarks/gpu_session.sh STAGE...
 # Stages: check | search-add | search-softmax | search-fix | search-norms | reverify | gpu-tests | compare | compare-norms
-#         | hot-path | quality
+#         | hot-path | quality | multi-gpu | faults
 # The config database is $AUTOTUNE_DB (default $OUT/tuned.sqlite); logs go to $OUT.
 set -uo pipefail
 export PYTHONUNBUFFERED=1
@@ -48,6 +48,8 @@ for stage in "$@"; do
       python3 -m pytest -q -m gpu tests/ -p no:cacheprovider ${GPU_TESTS_K:+-k "$GPU_TESTS_K"} ;;
     quality)
       python3 benchmarks/search_quality.py --kernel softmax --dtype bf16 ${QUALITY_SHAPES:---shape 4096x4096 --shape 4096x32768 --shape 1024x131072} --out "$OUT/search-quality-$GPU-$stamp" ;;
+    multi-gpu)
+      python3 benchmarks/multi_gpu.py --kernel softmax --dtype bf16 --shape 4096x4096 --trials "${TRIALS_MULTI:-60}" --gpus 2 --out "$OUT/multi-gpu-$GPU-$stamp" ;;
     *) echo "unknown stage $stage"; exit 2 ;;
   esac
 done

@@ -1,3 +1,4 @@
+import importlib
 import os
 
 import pytest
@@ -9,6 +10,29 @@ from autotune import runtime
 settings.register_profile("ci", max_examples=25, derandomize=True, deadline=None, database=None)
 settings.register_profile("deep", max_examples=500, deadline=None)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+
+
+@pytest.fixture(scope="session")
+def postgres_server():
+    """A real PostgreSQL server on loopback for the session. Where none can be started the tests that
+    need it skip, except in CI (CI=true), where they fail: CI installs Debian's postgresql package."""
+    from postgres_server import PostgresServer, ServerUnavailable
+
+    try:
+        importlib.import_module("psycopg2")  # SQLAlchemy's PostgreSQL driver: the `postgres` extra
+        server = PostgresServer.start()
+    except (ImportError, ServerUnavailable) as exc:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"CI must run the PostgreSQL tests: {exc}")
+        pytest.skip(f"no PostgreSQL server here: {exc}")
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def postgres_url(postgres_server) -> str:
+    """The SQLAlchemy URL of a fresh, empty database on the session's PostgreSQL server."""
+    return postgres_server.database()
 
 
 @pytest.fixture

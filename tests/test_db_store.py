@@ -6,7 +6,6 @@ import dataclasses
 import hashlib
 import json
 import multiprocessing
-import os
 import sqlite3
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -307,33 +306,50 @@ def test_as_url_and_shipped_path(monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 WORKERS, ROWS_EACH = 8, 25
 
 
-def _write_rows(path: str, worker: int, start: Any) -> None:
-    start.wait()  # every process opens the brand-new file at once
-    with ConfigStore(path) as store:
+def _contested_ms(worker: int, i: int) -> float:
+    return 1000.0 - i * WORKERS - worker  # every write faster than the same worker's last; the fastest is the last of worker 7
+
+
+def _write_rows(url: str, worker: int, start: Any) -> None:
+    start.wait()  # every process opens the brand-new database at once
+    with ConfigStore(url) as store:
         for i in range(ROWS_EACH):
             if not store.record_best(best(bucket=f"w={worker},i={i}", time_ms=1.0 + i)):
                 raise AssertionError(f"worker {worker} row {i} was not stored")
-            if i == ROWS_EACH // 2:
-                store.record_best(best(bucket="contested", time_ms=10.0 + worker))
+            config = json.dumps({"worker": worker, "i": i})
+            store.record_best(best(bucket="contested", time_ms=_contested_ms(worker, i), config_json=config))
+            store.record_trials([trial(study=f"w={worker}", number=2 * i), trial(study=f"w={worker}", number=2 * i + 1)])
 
 
-def test_concurrent_writers_lose_nothing(db_path: Path) -> None:
+@pytest.fixture(params=["sqlite", "postgresql"])
+def shared_db(request: pytest.FixtureRequest, db_path: Path) -> str:
+    """One config database that many processes write: a SQLite file, or a database on a real PostgreSQL server."""
+    return str(db_path) if request.param == "sqlite" else request.getfixturevalue("postgres_url")
+
+
+def test_concurrent_writers_lose_nothing(shared_db: str) -> None:
     # Fresh processes that inherit no database handle; the preload imports torch once, not eight times.
     ctx = multiprocessing.get_context("forkserver")
     ctx.set_forkserver_preload(["autotune.db"])
     start = ctx.Barrier(WORKERS)
-    procs = [ctx.Process(target=_write_rows, args=(str(db_path), w, start)) for w in range(WORKERS)]
+    procs = [ctx.Process(target=_write_rows, args=(shared_db, w, start)) for w in range(WORKERS)]
     for p in procs:
         p.start()
     for p in procs:
         p.join(timeout=120)
     assert [p.exitcode for p in procs] == [0] * WORKERS
 
-    with ConfigStore(str(db_path), readonly=True) as store:
+    with ConfigStore(shared_db, readonly=True) as store:
         rows = store.best_rows()
+        trials = store.trials()
     distinct = {r.bucket for r in rows if r.bucket != "contested"}
     assert distinct == {f"w={w},i={i}" for w in range(WORKERS) for i in range(ROWS_EACH)}
     [contested] = [r for r in rows if r.bucket == "contested"]
-    assert contested.time_ms == 10.0
-    with sqlite3.connect(db_path) as conn:
-        assert conn.execute("PRAGMA integrity_check").fetchone() == ("ok",)
+    fastest = min((_contested_ms(w, i), w, i) for w in range(WORKERS) for i in range(ROWS_EACH))
+    assert (contested.time_ms, contested.config) == (fastest[0], {"worker": fastest[1], "i": fastest[2]})
+    assert sorted((t.study, t.number) for t in trials) == sorted(
+        (f"w={w}", n) for w in range(WORKERS) for n in range(2 * ROWS_EACH)
+    )
+    if "://" not in shared_db:
+        with sqlite3.connect(shared_db) as conn:
+            assert conn.execute("PRAGMA integrity_check").fetchone() == ("ok",)

@@ -15,7 +15,7 @@ from types import TracebackType
 from typing import Any, TypeVar
 
 from sqlalchemy import Connection, Engine, URL, create_engine, event, inspect, make_url, select
-from sqlalchemy.exc import DBAPIError, IntegrityError
+from sqlalchemy.exc import DBAPIError, IntegrityError, ProgrammingError
 from sqlalchemy.orm import Session
 
 from autotune.db.models import SCHEMA_VERSION, Base, BestConfig, SchemaInfo, TrialRecord
@@ -282,11 +282,19 @@ def _prepare(engine: Engine, where: str, *, readonly: bool) -> None:
             if _stored_version(s, where) is None:
                 raise StoreError(f"{where} is not an autotune database (no schema version)")
         return
-    with Session(engine.execution_options(**{_IMMEDIATE: True})) as s, s.begin():
-        found = _stored_version(s, where)
-        Base.metadata.create_all(s.connection())
-        if found is None:
-            s.add(SchemaInfo(version=SCHEMA_VERSION))
+    for attempt in range(_WRITE_RETRIES):
+        try:
+            with Session(engine.execution_options(**{_IMMEDIATE: True})) as s, s.begin():
+                found = _stored_version(s, where)
+                Base.metadata.create_all(s.connection())
+                if found is None:
+                    s.add(SchemaInfo(version=SCHEMA_VERSION))
+            return
+        except (IntegrityError, ProgrammingError):
+            # Another process created the tables at the same moment: a server database cannot lock tables
+            # that do not exist yet (SQLite's IMMEDIATE lock can). The retry finds them, version and all.
+            if attempt == _WRITE_RETRIES - 1:
+                raise
 
 
 class ConfigStore:
