@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The GPU work of one device session, in stages: bash benchmarks/gpu_session.sh STAGE...
-# Stages: check | search-add | search-softmax | search-fix | reverify | gpu-tests | compare | hot-path | quality
+# Stages: check | search-add | search-softmax | search-fix | reverify | gpu-tests | compare | hot-path | quality | faults
 # The config database is $AUTOTUNE_DB (default $OUT/tuned.sqlite); logs go to $OUT.
 set -uo pipefail
 export PYTHONUNBUFFERED=1
@@ -34,6 +34,8 @@ for stage in "$@"; do
       python3 benchmarks/reverify_db.py --db "$AUTOTUNE_DB" --examples "${REVERIFY_EXAMPLES:-100}" --out "$OUT/reverify-$GPU-$stamp" ;;
     gpu-tests)
       python3 -m pytest -q -m gpu tests/test_gpu.py -p no:cacheprovider ;;
+    faults)
+      python3 benchmarks/fault_injection.py --out "$OUT/fault-injection-$GPU-$stamp" ;;
     quality)
       python3 benchmarks/search_quality.py --kernel softmax --dtype bf16 ${QUALITY_SHAPES:---shape 4096x4096 --shape 4096x32768 --shape 1024x131072} --out "$OUT/search-quality-$GPU-$stamp" ;;
     *) echo "unknown stage $stage"; exit 2 ;;
