@@ -46,16 +46,18 @@ class WorkerStartError(RuntimeError):
 
 
 def use_isolation(isolate: bool | None, trial_timeout: float | None, spec: KernelSpec) -> bool:
-    """Whether a search evaluates its configs in a worker process: as asked, else on a GPU or whenever a
-    trial time limit is given (provided a worker can load the kernel by name)."""
+    """Whether a search evaluates its configs in a worker process: as asked; else whenever a trial time limit
+    is given, and on a GPU if a worker can load the kernel by name (if not, it warns and runs unprotected)."""
     _check_trial_timeout(trial_timeout)
     if isolate is False and trial_timeout is not None:
         raise ValueError("trial_timeout needs isolate=True: only a worker process can be stopped mid-trial")
     if isolate is not None:
         return isolate
+    if trial_timeout is not None:
+        return True  # only a worker can be stopped mid-trial; one that cannot load the kernel says so
     # Under the interpreter there is no GPU context to lose, and a worker's start (a second torch import)
-    # would double the many small searches a test suite runs; a time limit asks for a worker explicitly.
-    if trial_timeout is None and gpu.interpreter_active():
+    # would double the many small searches a test suite runs.
+    if gpu.interpreter_active():
         return False
     if worker_name(spec) is None:
         warnings.warn(

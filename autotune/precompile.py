@@ -77,7 +77,11 @@ class CompilePool:
         if name is None:
             raise ValueError(f"kernel {spec.name!r} cannot be imported by a worker process: define it in a module")
         args = (name, json.dumps(list(problems), sort_keys=True), DTYPE_NAMES[dtype])
-        futures = [self._pool.submit(_compile, *args, json.dumps(c, sort_keys=True)) for c in configs]
+        try:
+            futures = [self._pool.submit(_compile, *args, json.dumps(c, sort_keys=True)) for c in configs]
+        except BrokenProcessPool:  # a worker died as the pool started: nothing built this time
+            self._restart()
+            return 0
         done, pending = concurrent.futures.wait(futures, timeout=self.timeout)
         if pending or any(isinstance(f.exception(), BrokenProcessPool) for f in done):
             self._restart()  # a compile that hangs or kills its process must not stall or break the next batch
