@@ -143,18 +143,28 @@ def verify(kernel: str, config_json: str | None, dtypes: tuple[str, ...], exampl
 @click.option("--seed", default=0, show_default=True)
 @click.option("--compile-workers", type=click.IntRange(min=0),
               help="Processes compiling candidates ahead (default: up to 8 on a GPU, none under the interpreter).")
+@click.option("--isolate/--no-isolate", default=None,
+              help="Compile, verify and time each config in a worker process that a crash or hang cannot take down "
+                   "(default: on a GPU, or with --trial-timeout).")
+@click.option("--trial-timeout", type=click.FloatRange(min=0, min_open=True),
+              help="Seconds one config may take in the worker before it is killed and recorded as timeout [default: 300].")
 @click.option("--format", "fmt", type=FORMATS, default="table", show_default=True)
 def search(kernel, gpu_name, dtypes, shapes, trials, timeout, sampler, db_url, storage, workers, gpus, heartbeat, examples,
-           seed, compile_workers, fmt) -> None:
+           seed, compile_workers, isolate, trial_timeout, fmt) -> None:
     """Tune KERNEL on this GPU: one Optuna study per dtype and shape bucket; store the best."""
     from tqdm import tqdm
 
+    from autotune.isolation import use_isolation
     from autotune.precompile import CompilePool, default_workers
     from autotune.search import check_gpu, search as run_search
 
     spec = _spec(kernel)
     try:
-        check_gpu(gpu_name)
+        isolate = use_isolation(isolate, trial_timeout, spec)
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from None
+    try:
+        check_gpu(gpu_name, isolated=isolate)
         problems = [spec.parse_shape(s) for s in shapes] or list(spec.presets_here())
     except gpu.GPUMismatchError as exc:
         raise click.ClickException(str(exc)) from None
@@ -172,7 +182,7 @@ def search(kernel, gpu_name, dtypes, shapes, trials, timeout, sampler, db_url, s
     rows = []
     workers = default_workers() if compile_workers is None else compile_workers
     with _store(db_url) as store, contextlib.ExitStack() as stack:
-        pool = stack.enter_context(CompilePool(workers)) if workers > 1 else 0
+        pool = stack.enter_context(CompilePool(workers, timeout=trial_timeout)) if workers > 1 else 0
         for dtype in _dtypes(dtypes, spec):
             for problem in problems:
                 label = f"{spec.name} {DTYPE_NAMES[dtype]} {spec.bucket(problem)}"
@@ -185,7 +195,7 @@ def search(kernel, gpu_name, dtypes, shapes, trials, timeout, sampler, db_url, s
                     result = run_search(
                         spec, problem, dtype, gpu_name=gpu_name, trials=trials, timeout=timeout, sampler=sampler,
                         store=store, storage=storage, seed=seed, examples=examples, on_trial=tick,
-                        compile_workers=pool,
+                        compile_workers=pool, isolate=isolate, trial_timeout=trial_timeout,
                     )
                 phases = ", ".join(f"{k} {v:.1f}" for k, v in result.seconds.items())
                 click.echo(f"{label}: {result.evaluations} evaluated, {result.compiled_ahead} compiled ahead; seconds: {phases}",

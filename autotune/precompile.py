@@ -14,7 +14,9 @@ import json
 import multiprocessing
 import os
 import sys
+import threading
 from collections.abc import Iterable, Sequence
+from concurrent.futures.process import BrokenProcessPool
 
 import torch
 
@@ -22,7 +24,9 @@ from autotune.space import Config, Problem
 from autotune.spec import DTYPE_NAMES, KernelSpec
 
 COMPILE_TIMEOUT_S = 300.0
-"""A batch waits this long at most; a config still compiling then is compiled by the parent when used."""
+"""A batch waits this long at most (by default); a config still compiling then is compiled when used."""
+START_TIMEOUT_S = 300.0
+"""A worker process's start: importing torch and Triton, and on a GPU its CUDA context."""
 
 
 def default_workers() -> int:
@@ -52,11 +56,19 @@ def importable_name(spec: KernelSpec) -> str | None:
 class CompilePool:
     """Processes that compile candidate configs ahead of their measurement; one pool serves many studies."""
 
-    def __init__(self, workers: int) -> None:
+    def __init__(self, workers: int, *, timeout: float | None = None) -> None:
         self.workers = workers
-        self._pool = concurrent.futures.ProcessPoolExecutor(
-            workers, mp_context=multiprocessing.get_context("spawn"), initializer=_start_worker
+        self.timeout = COMPILE_TIMEOUT_S if timeout is None else timeout
+        self._pool = self._start()
+
+    def _start(self) -> concurrent.futures.ProcessPoolExecutor:
+        spawn = multiprocessing.get_context("spawn")
+        pool = concurrent.futures.ProcessPoolExecutor(
+            self.workers, mp_context=spawn, initializer=_start_worker, initargs=(spawn.Barrier(self.workers),)
         )
+        # Every worker up before the first batch, so a batch's time limit counts compiling, not starting.
+        concurrent.futures.wait([pool.submit(_ready) for _ in range(self.workers)], timeout=START_TIMEOUT_S)
+        return pool
 
     def compile(self, spec: KernelSpec, problems: Sequence[Problem], dtype: torch.dtype, configs: Iterable[Config]) -> int:
         """Compile configs in parallel for every problem they will run on (each layout, alignment and size
@@ -65,9 +77,23 @@ class CompilePool:
         if name is None:
             raise ValueError(f"kernel {spec.name!r} cannot be imported by a worker process: define it in a module")
         args = (name, json.dumps(list(problems), sort_keys=True), DTYPE_NAMES[dtype])
-        futures = [self._pool.submit(_compile, *args, json.dumps(c, sort_keys=True)) for c in configs]
-        done, _ = concurrent.futures.wait(futures, timeout=COMPILE_TIMEOUT_S)
+        try:
+            futures = [self._pool.submit(_compile, *args, json.dumps(c, sort_keys=True)) for c in configs]
+        except BrokenProcessPool:  # a worker died as the pool started: nothing built this time
+            self._restart()
+            return 0
+        done, pending = concurrent.futures.wait(futures, timeout=self.timeout)
+        if pending or any(isinstance(f.exception(), BrokenProcessPool) for f in done):
+            self._restart()  # a compile that hangs or kills its process must not stall or break the next batch
         return sum(1 for f in done if f.exception() is None and f.result() is None)
+
+    def _restart(self) -> None:
+        # ProcessPoolExecutor cannot stop a busy worker (shutdown would wait on it forever): kill them all.
+        processes = list((getattr(self._pool, "_processes", None) or {}).values())
+        self._pool.shutdown(wait=False, cancel_futures=True)
+        for process in processes:
+            process.kill()
+        self._pool = self._start()
 
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
@@ -83,7 +109,7 @@ _inputs: dict[tuple[str, str, str], tuple[dict, object]] = {}
 MAX_CACHED_INPUTS = 64
 
 
-def _start_worker() -> None:
+def _start_worker(started: threading.Barrier) -> None:
     from autotune import gpu  # importing autotune picks the interpreter before Triton, as the parent did
 
     if not gpu.interpreter_active():
@@ -93,6 +119,11 @@ def _start_worker() -> None:
             return lambda *args, **kwargs: self.run(*args, grid=grid, warmup=True, **kwargs)
 
         KernelInterface.__getitem__ = compile_only
+    started.wait(START_TIMEOUT_S)  # no worker takes a task before all have started: each takes one of _ready's
+
+
+def _ready() -> None:
+    """Worker: nothing; answering says the worker has started."""
 
 
 def _compile(name: str, problems_json: str, dtype_name: str, config_json: str) -> str | None:

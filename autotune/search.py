@@ -17,7 +17,7 @@ from autotune.db import BestRow, ConfigStore, TrialRow
 from autotune.precompile import CompilePool
 from autotune.space import Config, Problem
 from autotune.spec import DTYPE_NAMES, KernelSpec
-from autotune.verify import ReferenceCache, check_problem, outputs_like, verify
+from autotune.verify import ReferenceCache, VerifyResult, check_problem, outputs_like, verify
 
 SAMPLERS = ("tpe", "gp", "random", "grid")
 MAX_TRIALS_PER_EVALUATION = 4
@@ -33,7 +33,7 @@ class TrialOutcome:
 
     number: int
     config: Config
-    outcome: str  # ok | invalid | compile_error | incorrect | error
+    outcome: str  # ok | invalid | compile_error | incorrect | error | crashed | timeout (the last two: isolated only)
     reason: str | None = None
     time_ms: float | None = None
     example: Problem | None = None
@@ -76,9 +76,12 @@ class SearchResult:
         return out
 
 
-def check_gpu(requested: str) -> gpu.GPUInfo:
-    """The GPU a search measures; it must be the one asked for ('auto' takes whatever is here)."""
-    info = gpu.current_gpu()
+def check_gpu(requested: str, *, isolated: bool = False) -> gpu.GPUInfo:
+    """The GPU a search measures; it must be the one asked for ('auto' takes whatever is here).
+    `isolated`: ask a worker process, so that this one never creates a CUDA context."""
+    from autotune import isolation
+
+    info = isolation.worker_gpu() if isolated else gpu.current_gpu()
     if requested.lower() != "auto" and gpu.normalize_gpu_name(requested) != info.name:
         raise gpu.GPUMismatchError(
             f"--gpu {requested} asked for, but this machine's device is {info.name} ({info.device_name}); "
@@ -87,9 +90,12 @@ def check_gpu(requested: str) -> gpu.GPUInfo:
     return info
 
 
-def check_request(spec: KernelSpec, problem: Problem, dtype: torch.dtype, gpu_name: str) -> gpu.GPUInfo:
-    """The GPU a search of problem in dtype measures, once the kernel can run it; ValueError if not."""
-    info = check_gpu(gpu_name)
+def check_request(
+    spec: KernelSpec, problem: Problem, dtype: torch.dtype, gpu_name: str, *, isolated: bool = False
+) -> gpu.GPUInfo:
+    """The GPU a search of problem in dtype measures, once the kernel can run it; ValueError if not.
+    `isolated`: asked of a worker process (see check_gpu)."""
+    info = check_gpu(gpu_name, isolated=isolated)
     if dtype not in spec.dtypes:
         raise ValueError(f"dtype {dtype} is not supported by {spec.name}; expected one of {spec.dtypes}")
     reason = spec.space.rejects(spec.space.default, problem)
@@ -126,9 +132,6 @@ class Evaluator:
     def __init__(self, spec: KernelSpec, problem: Problem, dtype: torch.dtype, *, examples: int, seed: int, max_numel: int):
         self.spec, self.problem, self.dtype = spec, problem, dtype
         self.examples, self.seed, self.max_numel = examples, seed, max_numel
-        self.references = ReferenceCache()
-        self.inputs, base, _ = self.references.get(spec, problem, dtype, seed)  # the timed inputs, checked too
-        self._out = outputs_like(base, None)
         self.edges = spec.edges_for(problem)[1:]
         self.cache: dict[str, TrialOutcome] = {}
         # Capped repetitions (see bench.time_ms): plenty for a ranking, and small kernels stay cheap to time.
@@ -137,13 +140,28 @@ class Evaluator:
         self.compiled_ahead = 0
         self._drawn: list[Problem] = []
         self.seconds: dict[str, float] = {}
+        self._prepare()
+
+    def _prepare(self) -> None:
+        """Build the timed inputs and the reference cache (an isolated evaluator starts its worker instead)."""
+        self.references = ReferenceCache()
+        self.inputs, base, _ = self.references.get(self.spec, self.problem, self.dtype, self.seed)  # timed, and checked
+        self._out = outputs_like(base, None)
+
+    def close(self) -> None:
+        """Release what the evaluator holds (nothing here; an isolated one stops its worker)."""
 
     def evaluated(self) -> int:
         """Distinct configs compiled and checked so far."""
         return sum(o.outcome != "invalid" for o in self.cache.values())
 
-    def baseline_ms(self) -> float:
+    def baseline_ms(self) -> float | None:
         return bench.time_ms(lambda: self.spec.baseline(self.inputs))
+
+    def reverify(self, config: Config, *, examples: int, seed: int) -> VerifyResult:
+        """The winner's final gate: a fresh check with more examples and another seed."""
+        return verify(self.spec, config, self.dtype, examples=examples, seed=seed, max_numel=self.max_numel,
+                      extra_problems=self.edges)
 
     def problem_config(self, trial: optuna.Trial) -> Config:
         """The config a trial proposes for this problem (asking again later returns the same)."""
@@ -218,19 +236,33 @@ def search(
     max_numel: int | None = None,
     on_trial: Callable[[TrialOutcome, float | None], None] | None = None,
     compile_workers: int | CompilePool = 0,
+    isolate: bool | None = None,
+    trial_timeout: float | None = None,
 ) -> SearchResult:
     """Search one problem's bucket: warm start from the default and any stored best, verify every
     trial before timing it, re-verify the winner with more examples, and store it with its evidence.
 
     With `compile_workers` > 1 (or a CompilePool, shared by several searches) the sampler proposes that
     many configs at a time, and worker processes compile them in parallel before they are verified and
-    timed one by one."""
-    info = check_request(spec, problem, dtype, gpu_name)
+    timed one by one.
+
+    With `isolate` (the default on a GPU, or whenever `trial_timeout` is given) every config compiles, runs
+    and is timed in a worker process: one that crashes it or runs past `trial_timeout` seconds is recorded
+    as crashed or timeout and the worker restarted; this process never creates a CUDA context."""
+    from autotune import isolation
+
+    isolate = isolation.use_isolation(isolate, trial_timeout, spec)
+    info = check_request(spec, problem, dtype, gpu_name, isolated=isolate)
     if max_numel is None:
         max_numel = default_max_numel(info)
     bucket = spec.bucket(problem)
     name = study_name(spec, info.name, dtype, bucket)
-    evaluator = Evaluator(spec, problem, dtype, examples=examples, seed=seed, max_numel=max_numel)
+    if isolate:
+        evaluator = isolation.IsolatedEvaluator(
+            spec, problem, dtype, examples=examples, seed=seed, max_numel=max_numel, trial_timeout=trial_timeout
+        )
+    else:
+        evaluator = Evaluator(spec, problem, dtype, examples=examples, seed=seed, max_numel=max_numel)
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     study = optuna.create_study(
@@ -272,7 +304,7 @@ def search(
     if isinstance(compile_workers, CompilePool):
         _optimize_in_batches(study, objective, evaluator, compile_workers, budget, timeout)
     elif compile_workers > 1:
-        with CompilePool(compile_workers) as pool:
+        with CompilePool(compile_workers, timeout=trial_timeout) as pool:
             _optimize_in_batches(study, objective, evaluator, pool, budget, timeout)
     else:
         study.optimize(objective, n_trials=budget * MAX_TRIALS_PER_EVALUATION, timeout=timeout, callbacks=[enough], catch=())
@@ -285,10 +317,14 @@ def search(
         compiled_ahead=evaluator.compiled_ahead, seconds=evaluator.seconds,
     )
     result.default_ms = evaluator(dict(spec.space.default)).time_ms
-    return conclude(
-        result, spec, dtype, info, examples_passed=evaluator.examples_passed, seed=seed,
-        final_examples=final_examples, max_numel=max_numel, store=store,
-    )
+    try:
+        return conclude(
+            result, spec, dtype, info, examples_passed=evaluator.examples_passed, seed=seed,
+            final_examples=final_examples, max_numel=max_numel, store=store,
+            reverify=lambda config: evaluator.reverify(config, examples=final_examples, seed=seed + 1),
+        )
+    finally:
+        evaluator.close()
 
 
 def conclude(
@@ -302,15 +338,20 @@ def conclude(
     final_examples: int,
     max_numel: int,
     store: ConfigStore | None,
+    reverify: Callable[[Config], VerifyResult] | None = None,
 ) -> SearchResult:
     """Re-verify the fastest configs of a finished study with more examples (and another seed), take the
-    first that passes as the best, and store it with every trial; `examples_passed` per config key."""
+    first that passes as the best, and store it with every trial; `examples_passed` per config key.
+    `reverify` runs that check elsewhere (an isolated evaluator's worker); by default it runs here."""
     started = time.perf_counter()
     for outcome in sorted((o for o in result.trials if o.outcome == "ok"), key=lambda o: o.time_ms):
-        final = verify(
-            spec, outcome.config, dtype, examples=final_examples, seed=seed + 1, max_numel=max_numel,
-            extra_problems=spec.edges_for(result.problem)[1:],
-        )
+        if reverify is not None:
+            final = reverify(outcome.config)
+        else:
+            final = verify(
+                spec, outcome.config, dtype, examples=final_examples, seed=seed + 1, max_numel=max_numel,
+                extra_problems=spec.edges_for(result.problem)[1:],
+            )
         if final.passed:
             result.best_config, result.best_ms = outcome.config, outcome.time_ms
             key = json.dumps(outcome.config, sort_keys=True)

@@ -46,6 +46,8 @@ for stage in "$@"; do
       python3 benchmarks/reverify_db.py --db "$AUTOTUNE_DB" --examples "${REVERIFY_EXAMPLES:-100}" --out "$OUT/reverify-$GPU-$stamp" ;;
     gpu-tests)
       python3 -m pytest -q -m gpu tests/ -p no:cacheprovider ${GPU_TESTS_K:+-k "$GPU_TESTS_K"} ;;
+    faults)
+      python3 benchmarks/fault_injection.py --out "$OUT/fault-injection-$GPU-$stamp" ;;
     quality)
       python3 benchmarks/search_quality.py --kernel softmax --dtype bf16 ${QUALITY_SHAPES:---shape 4096x4096 --shape 4096x32768 --shape 1024x131072} --out "$OUT/search-quality-$GPU-$stamp" ;;
     multi-gpu)

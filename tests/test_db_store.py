@@ -185,7 +185,7 @@ def test_trials_round_trip_filter_and_order(store: ConfigStore) -> None:
 
 def test_record_trials_is_all_or_nothing(store: ConfigStore) -> None:
     with pytest.raises(ValueError, match="outcome"):
-        store.record_trials([trial(number=0), trial(number=1, outcome="crashed")])
+        store.record_trials([trial(number=0), trial(number=1, outcome="exploded")])
     assert store.trials() == []
 
 

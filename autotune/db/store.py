@@ -20,7 +20,7 @@ from sqlalchemy.orm import Session
 
 from autotune.db.models import SCHEMA_VERSION, Base, BestConfig, SchemaInfo, TrialRecord
 
-OUTCOMES = ("ok", "invalid", "compile_error", "incorrect", "error", "timeout")
+OUTCOMES = ("ok", "invalid", "compile_error", "incorrect", "error", "crashed", "timeout")
 """What can happen to a trial."""
 
 _BUSY_TIMEOUT_MS = 30_000
