@@ -108,12 +108,12 @@ class Evaluator:
     """Runs the gate then the timing for configs on one problem, once per distinct config."""
 
     def __init__(self, spec: KernelSpec, problem: Problem, dtype: torch.dtype, *, examples: int, seed: int, max_numel: int):
-        self.spec, self.problem, self.dtype = spec, problem, dtype
+        self.spec, self.problem, self.dtype = spec, spec.problem_for(problem, dtype), dtype
         self.examples, self.seed, self.max_numel = examples, seed, max_numel
         self.references = ReferenceCache()
-        self.inputs, base, _ = self.references.get(spec, problem, dtype, seed)  # the timed inputs, checked too
+        self.inputs, base, _ = self.references.get(spec, self.problem, dtype, seed)  # the timed inputs, checked too
         self._out = outputs_like(base, None)
-        self.edges = spec.edges_for(problem)[1:]
+        self.edges = [spec.problem_for(p, dtype) for p in spec.edges_for(self.problem)[1:]]
         self.cache: dict[str, TrialOutcome] = {}
         # Capped repetitions (see bench.time_ms): plenty for a ranking, and small kernels stay cheap to time.
         self.timing = {"warmup_ms": 25.0, "rep_ms": 100.0, "max_reps": 300}
@@ -212,6 +212,7 @@ def search(
     info = check_gpu(gpu_name)
     if dtype not in spec.dtypes:
         raise ValueError(f"dtype {dtype} is not supported by {spec.name}; expected one of {spec.dtypes}")
+    problem = spec.problem_for(problem, dtype)
     reason = spec.space.rejects(spec.space.default, problem)
     if reason:
         raise ValueError(f"{spec.name}: the default config cannot run on {problem}: {reason}")
