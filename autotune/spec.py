@@ -130,6 +130,20 @@ def _source_hash(spec: KernelSpec) -> str:
     return digest.hexdigest()[:16]
 
 
+SIZE_KEYS = ("batch", "m", "k", "h", "n")
+"""The sizes of a problem without a `shape` (the matmul family's), in the order data flows through them."""
+
+
+def shape_label(problem: Problem) -> str:
+    """A problem's shape as `--shape` writes it: '4096x8192', or '8192x4096x16384,bias,gelu_tanh'."""
+    if "shape" in problem:
+        return "x".join(map(str, problem["shape"]))
+    options = ["bias"] if problem.get("bias") else []
+    if problem.get("activation", "none") != "none":
+        options.append(problem["activation"])
+    return ",".join(["x".join(str(problem[d]) for d in SIZE_KEYS if problem.get(d)), *options])
+
+
 def parse_sizes(text: str) -> list[int]:
     """'4096x8192' (or '4096*8192') -> [4096, 8192], for `--shape`."""
     try:

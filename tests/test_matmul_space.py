@@ -20,6 +20,7 @@ from autotune.search import search
 from autotune.search_spaces import matmul as space_
 from autotune.search_spaces import mlp as mlp_space
 from autotune.search_spaces.matmul import SPACE
+from autotune.spec import shape_label
 
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
 
@@ -166,6 +167,8 @@ def test_shapes_buckets_presets_and_cost():
     assert (goal["m"], goal["k"], goal["n"], goal["batch"]) == (8192, 4096, 14336, 0)
     assert MATMUL.bucket(MATMUL.parse_shape("4x100x4097x3")) == "m=128,n=4,k=8192,b=4"
     assert LINEAR.parse_shape("8192x4096x16384,bias,gelu_tanh")["activation"] == "gelu_tanh"
+    for spec, text in [(LINEAR, "8192x4096x16384,bias,gelu_tanh"), (MATMUL, "2x65x33x129"), (MLP, "8x4x6x2,bias,relu")]:
+        assert shape_label(spec.parse_shape(text)) == text  # how the CLI and the benchmarks name a problem
     assert MLP.bucket(MLP.parse_shape("8192x4096x16384x4096")) == "m=8192,k=4096,h=16384,n=4096"
     assert MLP.parse_shape("8x4x6x2")["bias"] and MLP.parse_shape("8x4x6x2,nobias,silu")["activation"] == "silu"
     for bad, spec, match in [("4096x4096", MATMUL, "MxKxN"), ("8x8x8,bias", MATMUL, "unknown option"),

@@ -191,8 +191,10 @@ def parse_linear(text: str) -> dict:
 
 def parse_mlp(text: str) -> dict:
     """'MxKxHxN' (x (M, K) -> hidden H -> N) with biases and gelu_tanh; ',nobias' and another activation
-    (',relu') change them."""
-    dims, options = _options(text, ("nobias", *ACTIVATIONS))
+    (',relu') change them (',bias' says the default)."""
+    dims, options = _options(text, ("bias", "nobias", *ACTIVATIONS))
+    if {"bias", "nobias"} <= options:
+        raise ValueError(f"shape {text!r}: bias or nobias, not both")
     if len(dims) != 4:
         raise ValueError(f"shape {text!r}: expected MxKxHxN like 8192x4096x16384x4096")
     m, k, h, n = dims

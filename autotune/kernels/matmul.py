@@ -307,7 +307,8 @@ LINEAR = gemm_spec(
     make_inputs=problems_.linear_inputs,
     bucket=bucket,
     cost=problems_.linear_cost,
-    presets=[problems_.parse_linear("8192x4096x16384,bias,gelu_tanh"), problems_.parse_linear("8192x4096x4096,bias")],
+    # The goal shape (also mlp's first product), mlp's second product, and a square one.
+    presets=[problems_.parse_linear(s) for s in ("8192x4096x16384,bias,gelu_tanh", "8192x16384x4096,bias", "8192x4096x4096,bias")],
     interpreter_presets=[problems_.parse_linear("33x72x40,bias,gelu_tanh")],
     parse_shape=problems_.parse_linear,
     sources=_gemm.SOURCES,
