@@ -8,8 +8,12 @@
 #   search-linear  autotune search linear, bf16: the goal shape 8192x4096x16384 (bias, gelu_tanh) and mlp's two products
 #   search-mlp     autotune search mlp, bf16 (after search-linear: the two_pass variant launches linear's rows)
 #   compare        benchmarks/compare.py on the goal shapes: TFLOP/s, % of cuBLAS, vs eager and torch.compile
-#   quality-grid   benchmarks/search_quality.py: the whole valid grid of matmul bf16 256x4096x4096, then TPE, GP
-#                  and random replayed on it (resumable: run again until it says the grid is complete)
+#   quality-grid   benchmarks/search_quality.py: the whole valid grid of matmul bf16 256x4096x4096, then TPE and
+#                  random replayed on it (resumable: run again until it says the grid is complete). GP's replay
+#                  needs no GPU (its time per ask grows with the study): run it on any machine, on the returned
+#                  table: python benchmarks/search_quality.py --kernel matmul --dtype bf16 --gate timed \
+#                    --shape 256x4096x4096 --samplers gp,tpe,random --seeds 5 --replay-cap 250 --replay-only \
+#                    --table benchmarks/results/quality-table-matmul-bf16.json --out benchmarks/results/search-quality-matmul-grid-gp
 #   quality-live   TPE, GP and random live on 4096^3 and 8192x4096x14336 (resumable the same way)
 #
 # Everything lands in $OUT: the config database ($AUTOTUNE_DB, default $OUT/tuned.sqlite), logs, results.
@@ -62,7 +66,7 @@ for stage in "$@"; do
         --out "$OUT/compare-matmul-$GPU-$stamp" ;;
     quality-grid)
       python3 benchmarks/search_quality.py --kernel matmul --dtype bf16 --gate timed --shape 256x4096x4096 \
-        --samplers tpe,gp,random --seeds "${SEEDS:-10}" --replay-cap 400 --table "$TABLE" --seconds "$STAGE_SECONDS" \
+        --samplers tpe,random --seeds "${SEEDS:-10}" --replay-cap 400 --table "$TABLE" --seconds "$STAGE_SECONDS" \
         --out "$OUT/search-quality-matmul-grid-$GPU-$stamp"
       echo "exit $? (3: incomplete, run the stage again with the returned table)" ;;
     quality-live)

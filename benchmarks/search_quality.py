@@ -14,11 +14,12 @@
    any study found.
 
 Studies ask `--batch` configs at a time (new ones compile ahead in worker processes, as `autotune search`
-does). The table of measured configs is saved as it grows (`--table`): with `--seconds`, a run stops
-measuring when the time is up and a second run with the same table continues where it stopped, so a
-large grid can be measured over several sessions. `--gate full` checks each config on the timed problem,
-the bucket's edge cases and Hypothesis draws; `--gate timed` only on the timed problem, and the best config
-is then fully verified before it is reported (a failure moves the title to the next best).
+does; GP, which has no constant liar, one at a time). The table of measured configs is saved as it grows
+(`--table`): with `--seconds`, a run stops measuring when the time is up and a second run with the same
+table continues where it stopped, so a large grid can be measured over several sessions; `--replay-only`
+replays the samplers on the measured grids without a GPU. `--gate full` checks each config on the timed
+problem, the bucket's edge cases and Hypothesis draws; `--gate timed` only on the timed problem, and the
+best config is then fully verified before it is reported (a failure moves the title to the next best).
 """
 
 from __future__ import annotations
@@ -164,14 +165,15 @@ def run_studies(measurer: Measurer, samplers: list[str], seeds: int, budget: int
         for seed in range(seeds):
             study = optuna.create_study(sampler=make_sampler(name, spec, seed), direction="minimize")
             study.enqueue_trial(dict(spec.space.default))
-            runs[(name, seed)] = {"study": study, "seen": [], "times": [], "asked": 0}
+            # GP has no constant liar: the asks of one batch would all get its one best proposal.
+            runs[(name, seed)] = {"study": study, "seen": [], "times": [], "asked": 0, "batch": 1 if name == "gp" else batch}
     active = list(runs.values())
     complete = True
     while active and complete:
         asked = []
         for run in active:
-            trials = [run["study"].ask() for _ in range(batch)]
-            run["asked"] += batch
+            trials = [run["study"].ask() for _ in range(run["batch"])]
+            run["asked"] += run["batch"]
             asked.append((run, [(t, spec.space.suggest(t, problem)) for t in trials]))
         complete = measurer.measure([c for _, pairs in asked for _, c in pairs])
         for run, pairs in asked:
@@ -287,10 +289,13 @@ def main() -> None:
     dtype = dtype_from_name(args.dtype)
     info = gpu.current_gpu()
     deadline = time.monotonic() + args.seconds if args.seconds else None
-    table = Table(pathlib.Path(args.table) if args.table else None,
-                  {"kernel": spec.name, "source_hash": spec.source_hash, "dtype": DTYPE_NAMES[dtype], "gpu": info.name,
-                   "gate": args.gate})
-    report = {"gpu": info.name, "device_name": info.device_name, "torch": torch.__version__, "triton": triton.__version__,
+    table_path = pathlib.Path(args.table) if args.table else None
+    gpu_name, device_name = info.name, info.device_name
+    if args.replay_only and table_path and table_path.exists():  # the times are the table's GPU's, not this machine's
+        gpu_name = device_name = json.loads(table_path.read_text()).get("gpu", gpu_name)
+    table = Table(table_path, {"kernel": spec.name, "source_hash": spec.source_hash, "dtype": DTYPE_NAMES[dtype],
+                               "gpu": gpu_name, "gate": args.gate})
+    report = {"gpu": gpu_name, "device_name": device_name, "torch": torch.__version__, "triton": triton.__version__,
               "optuna": optuna.__version__, "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
               "kernel": spec.name, "dtype": DTYPE_NAMES[dtype], "within": WITHIN, "gate": args.gate, "shapes": []}
     out = pathlib.Path(args.out)
