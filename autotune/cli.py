@@ -14,7 +14,7 @@ from tabulate import tabulate
 
 import autotune
 from autotune import gpu, registry
-from autotune.spec import DTYPE_NAMES, dtype_from_name
+from autotune.spec import DTYPE_NAMES, dtype_from_name, shape_label
 
 FORMATS = click.Choice(["table", "json", "csv"])
 
@@ -261,7 +261,7 @@ def _search_row(spec: autotune.KernelSpec, r) -> dict:
     return {
         "kernel": r.kernel,
         "dtype": r.dtype,
-        "shape": "x".join(map(str, r.problem.get("shape", []))),
+        "shape": shape_label(r.problem),
         "bucket": r.bucket,
         "best config": json.dumps(r.best_config) if r.best_config else None,
         "ms": r.best_ms,

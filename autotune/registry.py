@@ -15,6 +15,9 @@ _SHIPPED = {
     "layer_norm_backward": "autotune.kernels.layer_norm_backward:LAYER_NORM_BACKWARD",
     "rms_norm": "autotune.kernels.layer_norm:RMS_NORM",
     "rms_norm_backward": "autotune.kernels.layer_norm_backward:RMS_NORM_BACKWARD",
+    "matmul": "autotune.kernels.matmul:MATMUL",
+    "linear": "autotune.kernels.matmul:LINEAR",
+    "mlp": "autotune.kernels.mlp:MLP",
 }
 _REGISTERED: dict[str, KernelSpec] = {}
 

@@ -130,9 +130,9 @@ class Evaluator:
     """Runs the gate then the timing for configs on one problem, once per distinct config."""
 
     def __init__(self, spec: KernelSpec, problem: Problem, dtype: torch.dtype, *, examples: int, seed: int, max_numel: int):
-        self.spec, self.problem, self.dtype = spec, problem, dtype
+        self.spec, self.problem, self.dtype = spec, spec.problem_for(problem, dtype), dtype
         self.examples, self.seed, self.max_numel = examples, seed, max_numel
-        self.edges = spec.edges_for(problem)[1:]
+        self.edges = [spec.problem_for(p, dtype) for p in spec.edges_for(self.problem)[1:]]
         self.cache: dict[str, TrialOutcome] = {}
         # Capped repetitions (see bench.time_ms): plenty for a ranking, and small kernels stay cheap to time.
         self.timing = {"warmup_ms": 25.0, "rep_ms": 100.0, "max_reps": 300}
@@ -252,6 +252,7 @@ def search(
     from autotune import isolation
 
     isolate = isolation.use_isolation(isolate, trial_timeout, spec)
+    problem = spec.problem_for(problem, dtype)
     info = check_request(spec, problem, dtype, gpu_name, isolated=isolate)
     if max_numel is None:
         max_numel = default_max_numel(info)

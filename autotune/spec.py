@@ -56,6 +56,13 @@ class KernelSpec:
         public: the public function applied to a problem's inputs, as a user calls it (benchmarks time it).
         bucket_edges: edge-case problems in (or next to) a problem's bucket that every config tuned
             for that bucket must pass: where a config only runs in its own bucket, random draws rarely land there.
+        dtype_in_problem: the space's constraints depend on the dtype (shared memory per stage, tensor-core
+            tile shapes): the problems they see carry it as problem["dtype"] ("fp32", "fp16", "bf16").
+        vendor: the vendor library doing the same core work (cuBLAS GEMMs for the matmul family), applied to
+            a problem's inputs: benchmarks report the tuned kernel's rate as a share of its rate.
+        error_floor: per output element (float64, shaped like the outputs), the size its error is measured
+            against where the reference itself is smaller: for a sum that cancels, the typical size of such a
+            sum of its terms, not the leftover. Without it an error is relative to the reference value.
     """
 
     name: str
@@ -73,6 +80,9 @@ class KernelSpec:
     interpreter_presets: Sequence[Problem] = ()
     bucket_edges: Callable[[Problem], Sequence[Problem]] | None = None
     public: Callable[[Inputs], Any] | None = None
+    vendor: Callable[[Inputs], Any] | None = None
+    error_floor: Callable[[Inputs], Any] | None = None
+    dtype_in_problem: bool = False
     dtypes: tuple[torch.dtype, ...] = (torch.float32, torch.float16, torch.bfloat16)
     bound: str = "memory"  # "memory" or "compute": which roofline a result is judged against
     description: str = ""
@@ -84,6 +94,12 @@ class KernelSpec:
         if not self._hash:
             self._hash.append(_source_hash(self))
         return self._hash[0]
+
+    def problem_for(self, problem: Problem, dtype: torch.dtype) -> Problem:
+        """problem as the space's constraints see it in dtype: with problem["dtype"] set where they need it."""
+        if not self.dtype_in_problem:
+            return problem
+        return {**problem, "dtype": DTYPE_NAMES[dtype]}
 
     def edges_for(self, problem: Problem) -> list[Problem]:
         """The problem itself and its bucket's edge cases."""
@@ -112,6 +128,20 @@ def _source_hash(spec: KernelSpec) -> str:
             digest.update(repr(obj).encode())
     digest.update(repr([(p.name, p.values) for p in spec.space.params]).encode())
     return digest.hexdigest()[:16]
+
+
+SIZE_KEYS = ("batch", "m", "k", "h", "n")
+"""The sizes of a problem without a `shape` (the matmul family's), in the order data flows through them."""
+
+
+def shape_label(problem: Problem) -> str:
+    """A problem's shape as `--shape` writes it: '4096x8192', or '8192x4096x16384,bias,gelu_tanh'."""
+    if "shape" in problem:
+        return "x".join(map(str, problem["shape"]))
+    options = ["bias"] if problem.get("bias") else []
+    if problem.get("activation", "none") != "none":
+        options.append(problem["activation"])
+    return ",".join(["x".join(str(problem[d]) for d in SIZE_KEYS if problem.get(d)), *options])
 
 
 def parse_sizes(text: str) -> list[int]:

@@ -3,6 +3,9 @@
 The error budget is earned, not guessed: on every problem the candidate's error against float64 must be
 within a small factor of PyTorch's own error in the same dtype, plus one storage ulp and a little fp32
 compute slack. Outputs are poisoned with NaN before each run, so an unwritten element always fails.
+A kernel whose outputs are long sums (a GEMM's) gives an error floor per element: where a sum cancels far
+below the size of its terms, its rounding error is judged against that size, not against the leftover
+(there two correct summation orders differ by any factor, and the worst such element would decide).
 """
 
 from __future__ import annotations
@@ -80,15 +83,15 @@ def outputs_like(base: Outputs, fill: float | None = float("nan")) -> Outputs:
     return tuple(outputs_like(b, fill) for b in base)
 
 
-def compare_outputs(out: Outputs, ref: Outputs, base: Outputs) -> tuple[float, float, str | None]:
+def compare_outputs(out: Outputs, ref: Outputs, base: Outputs, floor: Outputs | None = None) -> tuple[float, float, str | None]:
     """`compare` for each output, each judged in its own dtype; the first failure, else the worst error."""
     if isinstance(base, torch.Tensor):
-        return compare(out, ref, base, base.dtype)
+        return compare(out, ref, base, base.dtype, floor)
     if isinstance(out, torch.Tensor) or len(out) != len(base):
         return float("inf"), 0.0, f"expected {len(base)} outputs"
     worst = (0.0, 0.0, None)
     for i, (o, r, b) in enumerate(zip(out, ref, base)):
-        err, budget, reason = compare(o, r, b, b.dtype)
+        err, budget, reason = compare(o, r, b, b.dtype, None if floor is None else floor[i])
         if reason:
             return err, budget, f"output {i}: {reason}"
         if budget and err / budget > (worst[0] / worst[1] if worst[1] else 0.0):
@@ -96,11 +99,13 @@ def compare_outputs(out: Outputs, ref: Outputs, base: Outputs) -> tuple[float, f
     return worst
 
 
-def compare(out: torch.Tensor, ref: torch.Tensor, base: torch.Tensor, dtype: torch.dtype) -> tuple[float, float, str | None]:
+def compare(out: torch.Tensor, ref: torch.Tensor, base: torch.Tensor, dtype: torch.dtype,
+            floor: torch.Tensor | None = None) -> tuple[float, float, str | None]:
     """Error of `out` against float64 `ref`, its budget from `base` (PyTorch, same dtype), and why it fails.
 
-    Elementwise relative error with an absolute floor of one ulp at the tensor's scale. Where the
-    reference is not finite (overflow, all -inf rows), the candidate must reproduce it, or PyTorch's
+    Elementwise relative error with an absolute floor of one ulp at the tensor's scale; with `floor` (the
+    spec's error_floor), relative to the larger of the reference and the floor, element by element. Where
+    the reference is not finite (overflow, all -inf rows), the candidate must reproduce it, or PyTorch's
     value where that is not finite either. Where only PyTorch overflowed, the candidate may do the same
     or be judged against the reference like any other element. NaN never passes anywhere else.
     """
@@ -126,9 +131,12 @@ def compare(out: torch.Tensor, ref: torch.Tensor, base: torch.Tensor, dtype: tor
         return float("inf"), 0.0, f"got {o[i].item()} where the reference is {r[i].item()} (unwritten output?)"
     eps = storage_eps(dtype)
     atol = max(float(r.abs().max()) * eps, torch.finfo(dtype).tiny)
-    err = float(((o - r).abs() / (r.abs() + atol)).max())
-    b, rb = b[torch_finite], r[torch_finite]
-    base_err = float(((b - rb).abs() / (rb.abs() + atol)).max()) if b.numel() else 0.0
+    size = r.abs()
+    if floor is not None:
+        size = torch.maximum(size, floor.detach().to(device=out.device, dtype=torch.float64).reshape(-1)[judged])
+    err = float(((o - r).abs() / (size + atol)).max())
+    b, rb, sb = b[torch_finite], r[torch_finite], size[torch_finite]
+    base_err = float(((b - rb).abs() / (sb + atol)).max()) if b.numel() else 0.0
     budget = FACTOR * base_err + eps + FP32_SLACK_ULPS * torch.finfo(torch.float32).eps
     if err > budget:
         return err, budget, f"error {err:.3g} > budget {budget:.3g} (PyTorch {dtype} error {base_err:.3g})"
@@ -136,22 +144,30 @@ def compare(out: torch.Tensor, ref: torch.Tensor, base: torch.Tensor, dtype: tor
 
 
 class ReferenceCache:
-    """Inputs, PyTorch and float64 results per problem, shared by the configs checked on them."""
+    """Inputs, PyTorch and float64 results (and error floors) per problem, shared by the configs checked on them."""
 
     def __init__(self, capacity: int = 64) -> None:
         self.capacity = capacity
-        self._items: dict[tuple, tuple[dict, torch.Tensor, torch.Tensor]] = {}
+        self._items: dict[tuple, tuple[dict, Outputs, Outputs, Outputs | None]] = {}
 
-    def get(self, spec: KernelSpec, problem: Problem, dtype: torch.dtype, seed: int) -> tuple[dict, torch.Tensor, torch.Tensor]:
+    def _item(self, spec: KernelSpec, problem: Problem, dtype: torch.dtype, seed: int):
         key = (spec.name, json.dumps(problem, sort_keys=True), dtype, seed)
         item = self._items.get(key)
         if item is None:
             inputs = spec.make_inputs(problem, dtype, gpu.device(), seed)
-            item = (inputs, spec.baseline(inputs), spec.reference(inputs))
+            floor = spec.error_floor(inputs) if spec.error_floor else None
+            item = (inputs, spec.baseline(inputs), spec.reference(inputs), floor)
             if len(self._items) >= self.capacity:
                 self._items.pop(next(iter(self._items)))
             self._items[key] = item
         return item
+
+    def get(self, spec: KernelSpec, problem: Problem, dtype: torch.dtype, seed: int) -> tuple[dict, Outputs, Outputs]:
+        return self._item(spec, problem, dtype, seed)[:3]
+
+    def floor(self, spec: KernelSpec, problem: Problem, dtype: torch.dtype, seed: int) -> Outputs | None:
+        """The spec's error floor for the problem's outputs, or None."""
+        return self._item(spec, problem, dtype, seed)[3]
 
 
 def check_problem(
@@ -165,7 +181,8 @@ def check_problem(
 ) -> Failure | None:
     """Run config on one problem with poisoned output; None when it matches float64 within budget."""
     device = gpu.device()
-    inputs, base, ref = (cache or ReferenceCache(1)).get(spec, problem, dtype, seed)
+    cache = cache or ReferenceCache(1)
+    inputs, base, ref = cache.get(spec, problem, dtype, seed)
     out = outputs_like(base)
     try:
         spec.launch(inputs, config, out)
@@ -173,7 +190,7 @@ def check_problem(
             torch.cuda.synchronize(device)
     except Exception as exc:  # a candidate may fail in any way; the trial records how
         return Failure(problem, "error", f"{type(exc).__name__}: {_first_line(exc)}")
-    err, budget, reason = compare_outputs(out, ref, base)
+    err, budget, reason = compare_outputs(out, ref, base, cache.floor(spec, problem, dtype, seed))
     if reason:
         return Failure(problem, "incorrect", reason, err, budget)
     return None
@@ -203,6 +220,7 @@ def verify(
 
     def fails(problem: Problem) -> bool:
         nonlocal skipped
+        problem = spec.problem_for(problem, dtype)
         if spec.space.rejects(config, problem):
             skipped += 1
             return False
@@ -211,7 +229,7 @@ def verify(
 
     for problem in extra_problems:
         if fails(problem):
-            failure = check_problem(spec, config, problem, dtype, seed=seed or 0, cache=cache)
+            failure = check_problem(spec, config, spec.problem_for(problem, dtype), dtype, seed=seed or 0, cache=cache)
             return VerifyResult(spec.name, dtype_name, config, len(checked), failure, skipped=skipped, problems=checked)
 
     hyp_settings = settings(
@@ -226,7 +244,7 @@ def verify(
         )
     except NoSuchExample:
         return VerifyResult(spec.name, dtype_name, config, len(checked), None, skipped=skipped, problems=checked)
-    failure = check_problem(spec, config, minimal, dtype, seed=seed or 0, cache=cache)
+    failure = check_problem(spec, config, spec.problem_for(minimal, dtype), dtype, seed=seed or 0, cache=cache)
     if failure is None:  # flaky: failed during the search, passes on replay (a race or reading unset memory)
         failure = Failure(minimal, "incorrect", "failed once, passed on replay: nondeterministic result")
     return VerifyResult(spec.name, dtype_name, config, len(checked), failure, skipped=skipped, problems=checked)

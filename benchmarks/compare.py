@@ -1,9 +1,13 @@
-"""Same-run benchmark: tuned (what users call) vs the default config vs PyTorch eager vs torch.compile.
+"""Same-run benchmark: tuned (what users call) vs the default config vs PyTorch eager vs torch.compile, and
+for kernels with a vendor library call (the matmul family: cuBLAS) vs that call.
 
     python benchmarks/compare.py --kernel softmax --kernel vector_add --out benchmarks/results/NAME
+    python benchmarks/compare.py --kernel matmul --dtype bf16 --shape matmul=4096x4096x4096 --out NAME
 
 Writes NAME.md (readable table) and NAME.json (one record per kernel, problem, dtype and implementation)
 with the GPU name, versions and date. Medians of triton.testing.do_bench, random inputs, one process.
+Memory-bound kernels are reported in GB/s against the copy bandwidth, compute-bound ones in TFLOP/s
+against the vendor library's rate measured in the same run.
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ from tabulate import tabulate
 
 
 from autotune import bench, gpu, runtime
-from autotune.spec import DTYPE_NAMES, dtype_from_name
+from autotune.spec import DTYPE_NAMES, dtype_from_name, shape_label
 from autotune.verify import outputs_like
 
 
@@ -58,6 +62,7 @@ def run(kernels: list[str], dtypes: list[torch.dtype], shapes: dict[str, list[st
         compiled = _compiled_baseline(spec)
         for dtype in dtypes:
             for problem in problems:
+                problem = spec.problem_for(problem, dtype)
                 inputs = spec.make_inputs(problem, dtype, gpu.device(), 0)
                 out = outputs_like(spec.baseline(inputs), None)
                 default = dict(spec.space.default)
@@ -71,6 +76,8 @@ def run(kernels: list[str], dtypes: list[torch.dtype], shapes: dict[str, list[st
                     "torch": lambda: spec.baseline(inputs),
                     "compile": lambda: compiled(inputs),
                 }
+                if spec.vendor is not None:
+                    impls["vendor"] = lambda: spec.vendor(inputs)
                 cost = spec.cost(problem, dtype)
                 # The roofline at this size: a device copy moving the same bytes (small copies fall short of 3 TB/s too).
                 same_size_copy = bench.copy_bandwidth_gbs(int(cost.bytes)) if spec.bound == "memory" else None
@@ -82,8 +89,9 @@ def run(kernels: list[str], dtypes: list[torch.dtype], shapes: dict[str, list[st
                     r = bench.rate(cost, ms, bound=spec.bound, dtype_name=DTYPE_NAMES[dtype], info=info)
                     records.append(
                         {
-                            "kernel": name, "problem": problem, "shape": "x".join(map(str, problem["shape"])), "bucket": bucket,
-                            "dtype": DTYPE_NAMES[dtype], "impl": impl, "median_ms": ms, "graph_ms": graphed, "gbs": r.gbs, "tflops": r.tflops,
+                            "kernel": name, "problem": problem, "shape": shape_label(problem), "bucket": bucket,
+                            "bound": spec.bound, "dtype": DTYPE_NAMES[dtype], "impl": impl, "median_ms": ms,
+                            "graph_ms": graphed, "gbs": r.gbs, "tflops": r.tflops,
                             "pct_copy_bw": 100 * r.gbs / copy_gbs if copy_gbs else None,
                             "same_size_copy_gbs": same_size_copy,
                             "config": json.dumps(default if impl == "default" else tuned) if impl in ("tuned", "tuned-launch", "default") else None,
@@ -107,11 +115,14 @@ def table(report: dict) -> str:
         row[f"{r['impl']} ms"] = r["median_ms"]
         if r.get("graph_ms") and r["impl"] in ("tuned", "torch", "compile"):
             row[f"{r['impl']} graph ms"] = r["graph_ms"]
-        if r["impl"] != "tuned-launch":
+        if r.get("bound") == "compute":
+            row[f"{r['impl']} TFLOP/s"] = r["tflops"]
+        elif r["impl"] != "tuned-launch":
             row[f"{r['impl']} GB/s"] = r["gbs"]
         if r["impl"] == "tuned":
             row["config from"] = r["config_source"]
-            row["same-size copy GB/s"] = r.get("same_size_copy_gbs")
+            if r.get("same_size_copy_gbs"):
+                row["same-size copy GB/s"] = r["same_size_copy_gbs"]
     out = []
     for row in rows.values():
         t = row["tuned ms"]
@@ -123,14 +134,18 @@ def table(report: dict) -> str:
         if all(row.get(f"{impl} graph ms") for impl in ("tuned", "torch", "compile")):
             row["graphed vs compile"] = row["compile graph ms"] / row["tuned graph ms"]
             row["graphed vs best"] = min(row["torch graph ms"], row["compile graph ms"]) / row["tuned graph ms"]
-        if report["copy_bandwidth_gbs"]:
+        if "vendor ms" in row:
+            row["tuned % of vendor"] = 100 * row["vendor ms"] / t
+        if report["copy_bandwidth_gbs"] and "tuned GB/s" in row:
             row["tuned % copy BW"] = 100 * row["tuned GB/s"] / report["copy_bandwidth_gbs"]
         if row.get("same-size copy GB/s"):
             row["tuned % same-size copy"] = 100 * row["tuned GB/s"] / row["same-size copy GB/s"]
         out.append(row)
     head = (
         f"GPU: {report['gpu']} ({report['device_name']}); torch {report['torch']}; triton {report['triton']}; "
-        f"date {report['date']}; measured copy bandwidth {report['copy_bandwidth_gbs'] or 0:.0f} GB/s\n\n"
+        f"date {report['date']}; measured copy bandwidth {report['copy_bandwidth_gbs'] or 0:.0f} GB/s; "
+        "vendor: the library call doing the same products (cuBLAS on NVIDIA GPUs: torch.matmul, F.linear without "
+        "the activation, two F.linear for mlp)\n\n"
     )
     return head + tabulate(out, headers="keys", floatfmt=".4g", tablefmt="github") + "\n"
 

@@ -45,6 +45,18 @@ def user_db(tmp_path, monkeypatch):
     runtime.clear_cache()
 
 
+@pytest.fixture
+def no_autograd_cache():
+    """torch.compile without AOTAutograd's cache, which keys a backward graph by the forward graph, not by
+    the Python autograd formula registered for a custom op: after that formula changes, a warm cache would
+    replay the old one. (A torch config is patched through its own context manager: monkeypatch's undo
+    deletes the entry, and every later compile fails.)"""
+    import torch._functorch.config
+
+    with torch._functorch.config.patch(enable_autograd_cache=False):
+        yield
+
+
 def pytest_collection_modifyitems(config, items):
     import torch
 

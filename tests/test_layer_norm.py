@@ -6,7 +6,6 @@ launched, the space rejects what should not run, and bad arguments fail before a
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 
 import pytest
@@ -14,13 +13,13 @@ import torch
 import torch.nn.functional as F
 from hypothesis import given, settings
 
-from autotune import gpu, runtime
-from autotune.db import BestRow, ConfigStore
+from autotune import runtime
 from autotune.kernels import _norm_problems, layer_norm, rms_norm
 from autotune.kernels.layer_norm import LAYER_NORM, RMS_NORM
 from autotune.search_spaces.layer_norm import FORWARD_SPACE as SPACE
 from autotune.search_spaces.layer_norm import bucket
 from autotune.verify import verify
+from stored_rows import store_best
 
 pytestmark = [
     # Public calls read a fresh, empty user database, so they run the default config.
@@ -187,19 +186,9 @@ def test_empty_inputs_give_empty_results_without_a_launch(shape):
     assert launches == []
 
 
-def _store(user_db, spec, bucket_key, stored, dtype="fp32"):
-    with ConfigStore(str(user_db)) as store:
-        store.record_best(BestRow(
-            kernel=spec.name, source_hash=spec.source_hash, gpu=gpu.current_gpu().name, device_name="test",
-            dtype=dtype, bucket=bucket_key, config_json=json.dumps(stored), problem_json="{}", time_ms=1.0,
-            examples_verified=1, triton_version="x", torch_version="y",
-        ))
-    runtime.clear_cache()
-
-
 def test_public_calls_launch_the_stored_config_of_their_bucket(user_db):
     stored = config(variant="single", BLOCK_N=128, ROWS_PER_PROGRAM=2, num_warps=1, num_stages=1)
-    _store(user_db, LAYER_NORM, "m=8,n=128,res=1", stored)
+    store_best(user_db, LAYER_NORM, "m=8,n=128,res=1", stored)
     x, r = torch.randn(5, 100), torch.randn(5, 100)
     with runtime.record_launches() as launches:
         y, _ = layer_norm(x, 100, residual=r)  # exact bucket

@@ -6,19 +6,18 @@ calling the norms compiles with torch.compile(fullgraph=True) and trains like ea
 from __future__ import annotations
 
 import dataclasses
-import json
 
 import pytest
 import torch
 import torch.nn.functional as F
 
-from autotune import gpu, runtime
-from autotune.db import BestRow, ConfigStore
+from autotune import runtime
 from autotune.kernels import _norm_problems, layer_norm, rms_norm
 from autotune.kernels.layer_norm_backward import LAYER_NORM_BACKWARD, RMS_NORM_BACKWARD
 from autotune.search_spaces.layer_norm import BACKWARD_SPACE as SPACE
 from autotune.search_spaces.layer_norm import FORWARD_SPACE
 from autotune.verify import compare_outputs, outputs_like, verify
+from stored_rows import store_best
 
 pytestmark = [
     pytest.mark.usefixtures("user_db"),
@@ -149,19 +148,9 @@ def test_no_graph_without_grad_and_no_grad_for_inputs_that_do_not_need_it():
     assert w.grad is not None and w.grad.shape == (8,)
 
 
-def _store(user_db, spec, bucket_key, stored, dtype="fp32"):
-    with ConfigStore(str(user_db)) as store:
-        store.record_best(BestRow(
-            kernel=spec.name, source_hash=spec.source_hash, gpu=gpu.current_gpu().name, device_name="test",
-            dtype=dtype, bucket=bucket_key, config_json=json.dumps(stored), problem_json="{}", time_ms=1.0,
-            examples_verified=1, triton_version="x", torch_version="y",
-        ))
-    runtime.clear_cache()
-
-
 def test_backward_launches_the_stored_config_of_its_bucket(user_db):
     stored = config(variant="atomic", BLOCK_N=64, PROGRAMS_PER_SM=2, num_warps=2, num_stages=1)
-    _store(user_db, LAYER_NORM_BACKWARD, "m=8,n=64,res=1", stored)
+    store_best(user_db, LAYER_NORM_BACKWARD, "m=8,n=64,res=1", stored)
     x, r, w = torch.randn(5, 50, requires_grad=True), torch.randn(5, 50, requires_grad=True), torch.randn(50, requires_grad=True)
     with runtime.record_launches() as launches:
         y, h = layer_norm(x, 50, w, residual=r)
@@ -215,10 +204,8 @@ class _Block(torch.nn.Module):
         return (z * h2).sum()
 
 
-def test_torch_compile_fullgraph_matches_eager_torch_forward_and_backward(monkeypatch):
-    # AOTAutograd's cache keys a backward graph by the forward graph, not by the Python autograd formula
-    # registered for a custom op: after that formula changes, a warm cache replays the old one.
-    monkeypatch.setattr(torch._functorch.config, "enable_autograd_cache", False)
+@pytest.mark.usefixtures("no_autograd_cache")
+def test_torch_compile_fullgraph_matches_eager_torch_forward_and_backward():
     torch.manual_seed(0)
     block = _Block(48)
     x, r = torch.randn(2, 5, 48), torch.randn(2, 5, 48)
