@@ -18,6 +18,8 @@ _SHIPPED = {
     "matmul": "autotune.kernels.matmul:MATMUL",
     "linear": "autotune.kernels.matmul:LINEAR",
     "mlp": "autotune.kernels.mlp:MLP",
+    "flash_attn": "autotune.kernels.flash_attn:SPEC",
+    "flash_attn_backward": "autotune.kernels.flash_attn_backward:SPEC",
 }
 _REGISTERED: dict[str, KernelSpec] = {}
 

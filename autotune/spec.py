@@ -135,9 +135,14 @@ SIZE_KEYS = ("batch", "m", "k", "h", "n")
 
 
 def shape_label(problem: Problem) -> str:
-    """A problem's shape as `--shape` writes it: '4096x8192', or '8192x4096x16384,bias,gelu_tanh'."""
+    """A problem's shape as `--shape` writes it: '4096x8192', '8192x4096x16384,bias,gelu_tanh', or
+    '2x16/4x1:32768x128' and '4x16x4096x128+causal' (attention)."""
     if "shape" in problem:
         return "x".join(map(str, problem["shape"]))
+    if "head_dim" in problem:
+        heads = f"{problem['heads']}" + (f"/{problem['kv_heads']}" if problem["kv_heads"] != problem["heads"] else "")
+        lengths = f"{problem['nq']}" + (f":{problem['nk']}" if problem["nk"] != problem["nq"] else "")
+        return f"{problem['batch']}x{heads}x{lengths}x{problem['head_dim']}" + ("+causal" if problem["causal"] else "")
     options = ["bias"] if problem.get("bias") else []
     if problem.get("activation", "none") != "none":
         options.append(problem["activation"])

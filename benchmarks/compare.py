@@ -150,6 +150,15 @@ def table(report: dict) -> str:
     return head + tabulate(out, headers="keys", floatfmt=".4g", tablefmt="github") + "\n"
 
 
+def write(prefix: str, report: dict, text: str) -> None:
+    """The report as PREFIX.json, its table as PREFIX.md, and the table printed."""
+    out = pathlib.Path(prefix)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.with_suffix(".json").write_text(json.dumps(report, indent=1))
+    out.with_suffix(".md").write_text(text)
+    print(text)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--kernel", action="append", default=None)
@@ -163,12 +172,7 @@ def main() -> None:
         shapes.setdefault(k, []).append(s)
     dtypes = [dtype_from_name(d) for d in (args.dtype or ["bf16", "fp16", "fp32"])]
     report = run(args.kernel or ["vector_add", "softmax"], dtypes, shapes)
-    out = pathlib.Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.with_suffix(".json").write_text(json.dumps(report, indent=1))
-    text = table(report)
-    out.with_suffix(".md").write_text(text)
-    print(text)
+    write(args.out, report, table(report))
 
 
 if __name__ == "__main__":

@@ -1,0 +1,114 @@
+"""Attention in PyTorch: the float64 references and the same-dtype baselines the gate compares flash_attn
+with. The float64 math runs a batch element and a chunk of queries at a time, so no score block exceeds
+CHUNK_ELEMENTS (a 16k x 16k attention of 16 heads would otherwise need 34 GB)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import torch
+import torch.nn.functional as F
+
+from autotune.kernels._attn_tiles import lse_dtype
+
+CHUNK_ELEMENTS = 1 << 25
+"""Score elements per chunk: 256 MB in float64."""
+
+
+def _chunks(heads: int, nq: int, nk: int) -> Iterator[tuple[int, int]]:
+    rows = max(1, CHUNK_ELEMENTS // max(1, heads * nk))
+    for start in range(0, nq, rows):
+        yield start, min(nq, start + rows)
+
+
+def _heads(t: torch.Tensor, group: int) -> torch.Tensor:
+    """Key/value heads repeated for their query heads, as sdpa's enable_gqa does (head h reads h // group)."""
+    return t if group == 1 else t.repeat_interleave(group, dim=-3)
+
+
+def _scores(q: torch.Tensor, k: torch.Tensor, scale: float, causal: bool, start: int) -> torch.Tensor:
+    """(H, rows, Nk) scaled scores of queries start.. against all keys in float32 or float64; with causal
+    masking aligned top-left, as sdpa aligns it: query i sees keys 0..i, whatever Nq and Nk are."""
+    s = (q @ k.transpose(-1, -2)).to(torch.float64 if q.dtype == torch.float64 else torch.float32) * scale
+    if causal:
+        rows = torch.arange(start, start + q.shape[-2], device=q.device)[:, None]
+        s = s.masked_fill(torch.arange(k.shape[-2], device=q.device)[None, :] > rows, float("-inf"))
+    return s
+
+
+def _group(q: torch.Tensor, k: torch.Tensor) -> int:
+    return q.shape[1] // k.shape[1]
+
+
+def reference_forward(inputs: dict) -> tuple[torch.Tensor, torch.Tensor]:
+    """(o, natural log-sum-exp of each query's scores) in float64."""
+    q, k, v = (inputs[n].to(torch.float64) for n in ("q", "k", "v"))
+    group = _group(q, k)
+    b, h, nq, d = q.shape
+    o = q.new_zeros((b, h, nq, d))
+    lse = q.new_full((b, h, nq), float("-inf"))
+    for i in range(b):
+        k_i, v_i = _heads(k[i], group), _heads(v[i], group)
+        for start, end in _chunks(h, nq, k.shape[2]):
+            s = _scores(q[i, :, start:end], k_i, inputs["scale"], inputs["is_causal"], start)
+            lse[i, :, start:end] = torch.logsumexp(s, -1)
+            o[i, :, start:end] = torch.softmax(s, -1) @ v_i  # no keys: an empty sum, 0 as in sdpa
+    return o, lse
+
+
+def _sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, inputs: dict) -> torch.Tensor:
+    """sdpa in the working dtype, grouped heads repeated first: with enable_gqa torch picks its math
+    backend for some shapes (on the CPU, Nq = 1) and its flash backend for others, and the two round so
+    differently that the budget would jump between them."""
+    group = _group(q, k)
+    return F.scaled_dot_product_attention(q, _heads(k, group), _heads(v, group), is_causal=inputs["is_causal"],
+                                          scale=inputs["scale"])
+
+
+def baseline_forward(inputs: dict) -> tuple[torch.Tensor, torch.Tensor]:
+    """torch in the working dtype: sdpa's output, and the log-sum-exp (in the dtype flash_attn keeps it)
+    of scores computed by a matmul in the working dtype."""
+    q, k = inputs["q"], inputs["k"]
+    o = _sdpa(q, k, inputs["v"], inputs)
+    b, h, nq, _ = q.shape
+    lse = q.new_full((b, h, nq), float("-inf"), dtype=lse_dtype(q.dtype))
+    for i in range(b):
+        k_i = _heads(k[i], _group(q, k))
+        for start, end in _chunks(h, nq, k.shape[2]):
+            lse[i, :, start:end] = torch.logsumexp(_scores(q[i, :, start:end], k_i, inputs["scale"], inputs["is_causal"], start), -1)
+    return o, lse
+
+
+def reference_backward(inputs: dict) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(dq, dk, dv) in float64, from q, k, v and dO alone (the forward recomputed exactly); dk and dv summed
+    over each key/value head's query heads."""
+    q, k, v, do = (inputs[n].to(torch.float64) for n in ("q", "k", "v", "do"))
+    group, scale = _group(q, k), inputs["scale"]
+    b, h, nq, d = q.shape
+    nk = k.shape[2]
+    dq = torch.zeros_like(q)
+    dk = q.new_zeros((b, h, nk, d))
+    dv = q.new_zeros((b, h, nk, d))
+    for i in range(b):
+        k_i, v_i = _heads(k[i], group), _heads(v[i], group)
+        for start, end in _chunks(h, nq, nk):
+            if nk == 0:
+                break
+            q_c, do_c = q[i, :, start:end], do[i, :, start:end]
+            p = torch.softmax(_scores(q_c, k_i, scale, inputs["is_causal"], start), -1)
+            delta = (do_c * (p @ v_i)).sum(-1, keepdim=True)
+            ds = p * (do_c @ v_i.transpose(-1, -2) - delta)
+            dq[i, :, start:end] = ds @ k_i * scale
+            dk[i] += ds.transpose(-1, -2) @ q_c * scale
+            dv[i] += p.transpose(-1, -2) @ do_c
+    kv_heads = k.shape[1]
+    return dq, dk.view(b, kv_heads, group, nk, d).sum(2), dv.view(b, kv_heads, group, nk, d).sum(2)
+
+
+def baseline_backward(inputs: dict) -> tuple[torch.Tensor, ...]:
+    """torch in the working dtype: autograd through sdpa (its forward included, which it recomputes)."""
+    leaves = [inputs[n].detach().requires_grad_() for n in ("q", "k", "v")]
+    with torch.enable_grad():
+        o = _sdpa(*leaves, inputs)
+        grads = torch.autograd.grad(o, leaves, inputs["do"], allow_unused=True)
+    return tuple(torch.zeros_like(t) if g is None else g for g, t in zip(grads, leaves))

@@ -1,0 +1,273 @@
+"""flash_attn: the forward tiles queries by BLOCK_M and streams keys by BLOCK_N; variants mask only the
+blocks an edge crosses or every block, load K/V through pointers or tensor descriptors (TMA on Hopper),
+split the key range over KV_SPLITS programs (decode), and pack a GQA group's query heads into one tile.
+The backward holds BLOCK_N keys and streams BLOCK_M queries (dk, dv), and gets dq from a query-side kernel
+(roles swapped: BLOCK_N queries held, BLOCK_M keys streamed) or from atomics; delta = rowsum(P * dP) comes
+from the output (rowsum(dO * O)) or is recomputed by the query-side kernel.
+
+Every constraint depends on the problem only through its bucket's numbers (next_pow2 of B*Hq, Nq and Nk,
+the group size, the head dim, causal): a config that runs on one problem of a bucket runs on all of them.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import triton.language as tl
+
+from autotune import gpu
+from autotune.space import Config, Param, Problem, SearchSpace, powers_of_two
+from autotune.strategies import next_pow2
+
+MAX_HEAD_DIM = 256
+BLOCKS = powers_of_two(16, 256)
+BACKWARD_BLOCKS = powers_of_two(16, 128)
+WARPS = (2, 4, 8)
+STAGES = (1, 2, 3, 4, 5)
+KV_SPLITS = (1, 2, 4, 8, 16, 32, 64, 128)
+MAX_TILE_REGISTERS = 256
+"""32-bit values per thread a program's tiles may take (estimated); past this the compiler spills."""
+SHARED_MEMORY_BYTES = 227 * 1024
+"""Shared memory a program may use on Hopper (the H100's opt-in limit), also assumed without a GPU."""
+SPLIT_MAX_PROGRAMS = 512
+"""Split the key range only when the unsplit grid has fewer programs than this: a full grid gains
+nothing from more, smaller programs and pays for the combine."""
+HALF_BYTES = 2
+"""Tile sizes are estimated for 16-bit inputs, the dtypes attention is tuned for; float32 configs that
+do not fit fail to compile and are recorded as such."""
+
+FORWARD_DEFAULT: Config = {
+    "BLOCK_M": 32, "BLOCK_N": 32, "num_warps": 4, "num_stages": 2, "mask": "edges", "kv_load": "pointer",
+    "KV_SPLITS": 1, "gqa": "per_head",
+}
+"""The forward fallback: small tiles that fit every head dim and dtype."""
+BACKWARD_DEFAULT: Config = {
+    "BLOCK_M": 32, "BLOCK_N": 32, "num_warps": 4, "num_stages": 1, "dq": "separate", "delta": "recomputed",
+}
+"""The backward fallback: holds four (32, head dim) tiles, which fits every head dim and dtype, and
+recomputes delta, which is right also where softmax rows saturate."""
+
+
+def dims(problem: Problem) -> tuple[int, int, int, int, int, int, int, bool]:
+    """(batch, heads, kv_heads, nq, nk, head_dim, group, causal) of a problem."""
+    heads, kv_heads = problem["heads"], problem["kv_heads"]
+    return (problem["batch"], heads, kv_heads, problem["nq"], problem["nk"], problem["head_dim"],
+            max(1, heads // max(1, kv_heads)), bool(problem["causal"]))
+
+
+def block_d(head_dim: int) -> int:
+    """The head dim padded to a power of two (masked lanes), at least 16: tl.dot's smallest K."""
+    return max(16, next_pow2(head_dim))
+
+
+def bucket(problem: Problem) -> str:
+    """B*Hq, Nq and Nk rounded up to powers of two; the group size, head dim and causal flag as they are."""
+    b, h, _, nq, nk, d, group, causal = dims(problem)
+    return f"bh={next_pow2(b * h)},g={group},nq={next_pow2(nq)},nk={next_pow2(nk)},d={d},causal={int(causal)}"
+
+
+@functools.cache
+def descriptors_supported() -> bool:
+    """Whether K/V can load through tensor descriptors here: Triton has them and, on a GPU, it is a Hopper
+    or newer (TMA); the interpreter runs them too."""
+    if not hasattr(tl, "make_tensor_descriptor"):
+        return False
+    cc = gpu.current_gpu().compute_capability
+    return cc is None or cc >= (9, 0)
+
+
+def _rows(c: Config, p: Problem) -> int:
+    """Tile rows a program's queries take, bucketed: Nq, times the group when its heads are packed."""
+    _, _, _, nq, _, _, group, _ = dims(p)
+    return next_pow2(nq) * (group if c.get("gqa") == "packed" else 1)
+
+
+def _is_default(c: Config) -> bool:
+    return c == FORWARD_DEFAULT or c == BACKWARD_DEFAULT
+
+
+def _blocks_fit_problem(c: Config, p: Problem) -> str | None:
+    if _is_default(c):
+        return None  # runs everywhere, with masked rows and keys where the problem is small
+    if c["BLOCK_M"] > max(16, _rows(c, p)):
+        return "BLOCK_M exceeds the query rows rounded up to a power of two: only masked rows"
+    if c["BLOCK_N"] > max(16, next_pow2(dims(p)[4])):
+        return "BLOCK_N exceeds Nk rounded up to a power of two: only masked keys"
+    return None
+
+
+def _forward_fits_shared_memory(c: Config, p: Problem) -> str | None:
+    # K and V tiles, one per pipeline stage, and the query tile as an MMA operand.
+    d = block_d(dims(p)[5])
+    need = HALF_BYTES * d * (c["BLOCK_M"] + 2 * c["BLOCK_N"] * c["num_stages"])
+    if need > SHARED_MEMORY_BYTES:
+        return f"K/V tiles over {c['num_stages']} stages need {need} bytes of shared memory > {SHARED_MEMORY_BYTES}"
+    return None
+
+
+def _forward_fits_registers(c: Config, p: Problem) -> str | None:
+    # Per thread: the output accumulator and the query (BLOCK_M x BLOCK_D), the scores (BLOCK_M x BLOCK_N).
+    d = block_d(dims(p)[5])
+    if c["BLOCK_M"] * (d + c["BLOCK_N"]) > MAX_TILE_REGISTERS * 32 * c["num_warps"]:
+        return f"BLOCK_M x (head dim + BLOCK_N) > {MAX_TILE_REGISTERS} values per thread"
+    return None
+
+
+def _no_idle_warps(c: Config, p: Problem) -> str | None:
+    # A warp's smallest MMA tile is 16 x 16: a score tile smaller than that per warp leaves warps idle.
+    if c["BLOCK_M"] * c["BLOCK_N"] < 256 * c["num_warps"]:
+        return "BLOCK_M x BLOCK_N < 256 x num_warps: idle warps"
+    return None
+
+
+def _split_only_where_programs_are_few(c: Config, p: Problem) -> str | None:
+    if c["KV_SPLITS"] == 1:
+        return None
+    b, h, hk, _, nk, _, _, _ = dims(p)
+    heads = hk if c["gqa"] == "packed" else h
+    programs = -(-_rows(c, p) // c["BLOCK_M"]) * next_pow2(b * heads)
+    if programs >= SPLIT_MAX_PROGRAMS:
+        return f"KV_SPLITS > 1 with {programs} programs already (>= {SPLIT_MAX_PROGRAMS})"
+    if c["KV_SPLITS"] * c["BLOCK_N"] > next_pow2(nk):
+        return "KV_SPLITS x BLOCK_N exceeds Nk rounded up to a power of two: splits without a key block"
+    return None
+
+
+def _pack_only_grouped_heads(c: Config, p: Problem) -> str | None:
+    if c["gqa"] == "packed" and dims(p)[6] == 1:
+        return "gqa=packed needs grouped-query attention (more query heads than key/value heads)"
+    return None
+
+
+def _descriptors_where_supported(c: Config, p: Problem) -> str | None:
+    if c["kv_load"] == "descriptor" and not descriptors_supported():
+        return "kv_load=descriptor needs tl.make_tensor_descriptor and a Hopper or newer GPU"
+    return None
+
+
+def _stages_need_a_loop(c: Config, p: Problem) -> str | None:
+    if _is_default(c) or c["num_stages"] == 1:
+        return None
+    if next_pow2(dims(p)[4]) <= c["BLOCK_N"] * c.get("KV_SPLITS", 1):
+        return "one key block per program: nothing to pipeline, num_stages must be 1"
+    return None
+
+
+def _forward_choices(problem: Problem) -> dict[str, list]:
+    """The values worth drawing for a problem, fixed per problem (Optuna's categorical choices cannot
+    change within a study); the constraints reject the combinations that still cannot run."""
+    b, h, hk, nq, nk, _, group, _ = dims(problem)
+    rows = next_pow2(nq) * group
+    block_m = [m for m in BLOCKS if m <= max(16, rows)]
+    splits = [s for s in KV_SPLITS if s * 16 <= next_pow2(nk)]
+    fewest_programs = -(-rows // block_m[-1]) * next_pow2(b * hk)
+    return {
+        "BLOCK_M": block_m,
+        "BLOCK_N": [n for n in BLOCKS if n <= max(16, next_pow2(nk))],
+        "gqa": ["per_head", "packed"] if group > 1 else ["per_head"],
+        "KV_SPLITS": splits if fewest_programs < SPLIT_MAX_PROGRAMS else [1],
+        "kv_load": ["pointer", "descriptor"] if descriptors_supported() else ["pointer"],
+    }
+
+
+def _suggest_forward(trial, problem: Problem) -> Config:
+    choices = _forward_choices(problem)
+
+    def draw(name: str, values: list):
+        return trial.suggest_categorical(name, values) if len(values) > 1 else values[0]
+
+    return {
+        "BLOCK_M": draw("BLOCK_M", choices["BLOCK_M"]),
+        "BLOCK_N": draw("BLOCK_N", choices["BLOCK_N"]),
+        "num_warps": draw("num_warps", list(WARPS)),
+        "num_stages": draw("num_stages", list(STAGES)),
+        "mask": draw("mask", ["edges", "every"]),
+        "kv_load": draw("kv_load", choices["kv_load"]),
+        "KV_SPLITS": draw("KV_SPLITS", choices["KV_SPLITS"]),
+        "gqa": draw("gqa", choices["gqa"]),
+    }
+
+
+FORWARD_SPACE = SearchSpace(
+    params=(
+        Param("BLOCK_M", BLOCKS),
+        Param("BLOCK_N", BLOCKS),
+        Param("num_warps", WARPS),
+        Param("num_stages", STAGES),
+        Param("mask", ("edges", "every")),
+        Param("kv_load", ("pointer", "descriptor")),
+        Param("KV_SPLITS", KV_SPLITS),
+        Param("gqa", ("per_head", "packed")),
+    ),
+    default=FORWARD_DEFAULT,
+    constraints=(
+        _descriptors_where_supported,
+        _pack_only_grouped_heads,
+        _blocks_fit_problem,
+        _forward_fits_shared_memory,
+        _forward_fits_registers,
+        _no_idle_warps,
+        _split_only_where_programs_are_few,
+        _stages_need_a_loop,
+    ),
+    suggest_fn=_suggest_forward,
+)
+
+
+def _backward_blocks_fit_problem(c: Config, p: Problem) -> str | None:
+    if _is_default(c):
+        return None
+    _, _, _, nq, nk, _, _, _ = dims(p)
+    # The dk/dv kernel holds BLOCK_N keys; the dq kernel holds BLOCK_N queries and streams BLOCK_M keys.
+    if c["BLOCK_N"] > max(16, next_pow2(max(nq, nk))):
+        return "BLOCK_N exceeds Nq and Nk rounded up to a power of two: only masked rows"
+    if c["BLOCK_M"] > max(16, next_pow2(max(nq, nk))):
+        return "BLOCK_M exceeds Nq and Nk rounded up to a power of two: only masked rows"
+    return None
+
+
+def _backward_fits_registers(c: Config, p: Problem) -> str | None:
+    # Held: K, V and the float32 dK, dV accumulators (BLOCK_N x BLOCK_D each); per step the transposed
+    # scores, probabilities and their gradients (BLOCK_N x BLOCK_M).
+    d = block_d(dims(p)[5])
+    if c["BLOCK_N"] * (3 * d + 2 * c["BLOCK_M"]) > MAX_TILE_REGISTERS * 32 * c["num_warps"]:
+        return f"BLOCK_N x (3 head dims + 2 BLOCK_M) > {MAX_TILE_REGISTERS} values per thread"
+    return None
+
+
+def _backward_fits_shared_memory(c: Config, p: Problem) -> str | None:
+    # Q and dO tiles per stage, K and V as MMA operands.
+    d = block_d(dims(p)[5])
+    need = HALF_BYTES * d * (2 * c["BLOCK_M"] * c["num_stages"] + 2 * c["BLOCK_N"])
+    if need > SHARED_MEMORY_BYTES:
+        return f"Q/dO tiles over {c['num_stages']} stages need {need} bytes of shared memory > {SHARED_MEMORY_BYTES}"
+    return None
+
+
+def _suggest_backward(trial, problem: Problem) -> Config:
+    _, _, _, nq, nk, _, _, _ = dims(problem)
+    top = max(16, next_pow2(max(nq, nk)))
+    blocks = [b for b in BACKWARD_BLOCKS if b <= top]
+    return {
+        "BLOCK_M": trial.suggest_categorical("BLOCK_M", blocks) if len(blocks) > 1 else blocks[0],
+        "BLOCK_N": trial.suggest_categorical("BLOCK_N", blocks) if len(blocks) > 1 else blocks[0],
+        "num_warps": trial.suggest_categorical("num_warps", list(WARPS)),
+        "num_stages": trial.suggest_categorical("num_stages", list(STAGES)),
+        "dq": trial.suggest_categorical("dq", ["separate", "atomic"]),
+        "delta": trial.suggest_categorical("delta", ["output", "recomputed"]),
+    }
+
+
+BACKWARD_SPACE = SearchSpace(
+    params=(
+        Param("BLOCK_M", BACKWARD_BLOCKS),
+        Param("BLOCK_N", BACKWARD_BLOCKS),
+        Param("num_warps", WARPS),
+        Param("num_stages", STAGES),
+        Param("dq", ("separate", "atomic")),
+        Param("delta", ("output", "recomputed")),
+    ),
+    default=BACKWARD_DEFAULT,
+    constraints=(_backward_blocks_fit_problem, _backward_fits_registers, _backward_fits_shared_memory, _no_idle_warps),
+    suggest_fn=_suggest_backward,
+)

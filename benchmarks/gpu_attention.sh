@@ -1,0 +1,81 @@
+#!/usr/bin/env bash
+# flash_attn's GPU work, in stages that each fit one device call (< 9 minutes on an H100):
+#   OUT=... bash benchmarks/gpu_attention.sh STAGE...
+# Stages, in the order worth running them:
+#   check                  GPU, versions, and the gpu-marked attention tests (variants near the presets, peak
+#                          memory at N = 32k)
+#   gate                   the CPU suite's gate tests compiled for the GPU (every correctness case, variant, head dim)
+#   fwd:DTYPE:D:PART       search flash_attn on one part of the presets: PART = full | causal (N = 1k..16k, 16k
+#                          tokens, 16 heads) | decode (D = 128 only); DTYPE = bf16 | fp16; D = 64 | 128
+#   bwd:DTYPE:D:PART       search flash_attn_backward likewise (PART = full | causal)
+#   compare:DTYPE          same-run benchmark against sdpa's flash, cuDNN and efficient backends, every preset
+#   export                 the tuned attention rows as a database of their own, to ship or merge
+# For the issue's goals (bf16, D = 128), in this order:
+#   check  fwd:bf16:128:full  fwd:bf16:128:causal  fwd:bf16:128:decode  bwd:bf16:128:full  bwd:bf16:128:causal
+#   compare:bf16  export
+# The config database is $AUTOTUNE_DB (default benchmarks/results/attention-tuned.sqlite: untracked, so it
+# travels with the working tree to the next call); every stage copies it and its logs to $OUT (keep to
+# two stages per call: a call returns at most 8 files).
+# Knobs: TRIALS (distinct configs per study, default 40), STUDY_TIMEOUT (seconds of search per study, 30).
+set -uo pipefail
+export PYTHONUNBUFFERED=1
+OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
+export AUTOTUNE_DB=${AUTOTUNE_DB:-$PWD/benchmarks/results/attention-tuned.sqlite}
+GPU=${GPU:-H100}
+TRIALS=${TRIALS:-40}
+STUDY_TIMEOUT=${STUDY_TIMEOUT:-30}
+stamp=$(date -u +%Y-%m-%d)
+TESTS="tests/test_flash_attn.py tests/test_flash_attn_backward.py"
+
+shapes() {  # head_dim part: the preset shapes of autotune/kernels/_attn_problems.py
+  local d=$1 part=$2 n
+  case $part in
+    full|causal)
+      for n in 1024 2048 4096 8192 16384; do
+        echo "--shape $((16384 / n))x16x${n}x${d}$([ "$part" = causal ] && echo +causal)"
+      done ;;
+    decode) echo "--shape 16x16x1:4096x$d --shape 2x16/4x1:32768x$d" ;;
+    *) echo "unknown part $part (full, causal, decode)" >&2; return 2 ;;
+  esac
+}
+
+search() {  # kernel dtype head_dim part
+  local kernel=$1 dtype=$2 d=$3 part=$4 args log="$OUT/search-$1-$2-$3-$4"
+  args=$(shapes "$d" "$part") || return 2
+  # shellcheck disable=SC2086
+  python3 -m autotune search "$kernel" --gpu "$GPU" --dtype "$dtype" $args \
+    --trials "$TRIALS" --timeout "$STUDY_TIMEOUT" >"$log.log" 2>"$log.err"
+  local rc=$?
+  cat "$log.log"; grep -E "evaluated|Error|error" "$log.err" | tail -20
+  return $rc
+}
+
+status=0
+for stage in "$@"; do
+  echo "=== $stage $(date -u +%T) (${SECONDS}s)"
+  IFS=: read -r what dtype d part <<<"$stage"
+  case $what in
+    check)
+      nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv
+      python3 -c 'import torch, triton; print(torch.__version__, triton.__version__, torch.backends.cudnn.version())'
+      python3 -m autotune gpu
+      # shellcheck disable=SC2086
+      python3 -m pytest -q -m gpu $TESTS -p no:cacheprovider 2>&1 | tee "$OUT/tests-gpu.log" | tail -15 ;;
+    gate)
+      # shellcheck disable=SC2086
+      python3 -m pytest -q $TESTS -k gate -p no:cacheprovider 2>&1 | tee "$OUT/tests-gate.log" | tail -15 ;;
+    fwd) search flash_attn "$dtype" "$d" "$part" ;;
+    bwd) search flash_attn_backward "$dtype" "$d" "$part" ;;
+    compare) python3 benchmarks/compare_attention.py --dtype "$dtype" --out "$OUT/compare-attention-$dtype-$GPU-$stamp" ;;
+    export)
+      rm -f "$OUT/attention-$GPU.sqlite"
+      python3 -m autotune db export --gpu "$GPU" -o "$OUT/attention-$GPU.sqlite" &&
+        python3 -m autotune query flash_attn --gpu "$GPU" &&
+        python3 -m autotune query flash_attn_backward --gpu "$GPU" ;;
+    *) echo "unknown stage $stage"; false ;;
+  esac
+  rc=$?
+  [ "$rc" = 0 ] || { echo "stage $stage failed ($rc)"; status=1; }
+  if [ -f "$AUTOTUNE_DB" ]; then cp "$AUTOTUNE_DB" "$OUT/attention-tuned.sqlite"; fi
+done
+exit $status
