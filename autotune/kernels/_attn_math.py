@@ -9,7 +9,7 @@ from collections.abc import Iterator
 import torch
 import torch.nn.functional as F
 
-from autotune.kernels._attn_tiles import lse_dtype
+from autotune.kernels._attn_tiles import compute_dtype
 
 CHUNK_ELEMENTS = 1 << 25
 """Score elements per chunk: 256 MB in float64."""
@@ -71,7 +71,7 @@ def baseline_forward(inputs: dict) -> tuple[torch.Tensor, torch.Tensor]:
     q, k = inputs["q"], inputs["k"]
     o = _sdpa(q, k, inputs["v"], inputs)
     b, h, nq, _ = q.shape
-    lse = q.new_full((b, h, nq), float("-inf"), dtype=lse_dtype(q.dtype))
+    lse = q.new_full((b, h, nq), float("-inf"), dtype=compute_dtype(q.dtype))
     for i in range(b):
         k_i = _heads(k[i], _group(q, k))
         for start, end in _chunks(h, nq, k.shape[2]):

@@ -28,9 +28,10 @@ def upcast(dtype: torch.dtype) -> bool:
     return dtype == torch.float32
 
 
-def lse_dtype(dtype: torch.dtype) -> torch.dtype:
-    """The dtype the log-sum-exp is kept in: the compute dtype. A float32 log-sum-exp of large logits
-    (|lse| ~ 500) would be off by 3e-5, and every recomputed probability with it."""
+def compute_dtype(dtype: torch.dtype) -> torch.dtype:
+    """The dtype the kernels compute in, and keep the log-sum-exp and partial results in, for inputs of
+    dtype. A float32 log-sum-exp of large logits (|lse| ~ 500) would be off by 3e-5 for float32 inputs,
+    and every probability recomputed from it."""
     return torch.float64 if upcast(dtype) else torch.float32
 
 

@@ -22,8 +22,8 @@ from autotune.kernels import _attn_math as math_
 from autotune.kernels import _attn_problems as problems_
 from autotune.kernels import _checks
 from autotune.kernels import flash_attn_backward as backward_
-from autotune.kernels._attn_tiles import (LN2, exp_, key_blocks, load_rows, lse_dtype, mma, scalar, score_multiplier,
-                                         unit_stride, upcast, widen)
+from autotune.kernels._attn_tiles import (LN2, compute_dtype, exp_, key_blocks, load_rows, mma, scalar,
+                                         score_multiplier, unit_stride, upcast, widen)
 from autotune.kernels._rounding import round_to
 from autotune.search_spaces.flash_attn import FORWARD_SPACE, MAX_HEAD_DIM, block_d, bucket
 from autotune.spec import Inputs, KernelSpec
@@ -190,8 +190,8 @@ def _scratch(size: int, alignment: int, stream) -> torch.Tensor:
 
 def launch(q, k, v, o, lse, causal: bool, scale: float, config: dict) -> None:
     """Attention of q (B, Hq, Nq, D) over k, v (B, Hk, Nk, D), Hq a multiple of Hk, into o (B, Hq, Nq, D)
-    and the log-sum-exp lse (B, Hq, Nq, contiguous, of lse_dtype), with one config. Unit stride along D is
-    required."""
+    and the log-sum-exp lse (B, Hq, Nq, contiguous, of compute_dtype), with one config. Unit stride along D
+    is required."""
     batch, heads, nq, d = q.shape
     kv_heads, nk = k.shape[1], k.shape[2]
     if batch * heads * nq == 0:
@@ -221,7 +221,7 @@ def launch(q, k, v, o, lse, causal: bool, scale: float, config: dict) -> None:
     if splits == 1:
         _attn_fwd_kernel[grid](q, k, v, o, lse, *common, *o.stride()[:3], *sizes, SPLIT=False, **meta)
         return
-    part = dict(dtype=lse_dtype(q.dtype), device=q.device)  # the compute dtype
+    part = dict(dtype=compute_dtype(q.dtype), device=q.device)
     o_part = torch.empty((splits, programs, rows, d), **part)
     lse_part = torch.empty((splits, programs, rows), **part)
     _attn_fwd_kernel[grid](q, k, v, o_part, lse_part, *common, 0, 0, 0, *sizes, SPLIT=True, **meta)
@@ -267,12 +267,12 @@ _TUNED = runtime.tuned(SPEC)
 
 
 def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, scale: float):
-    """The tuned forward: (o (B, Hq, Nq, D) contiguous, log-sum-exp (B, Hq, Nq) of lse_dtype)."""
+    """The tuned forward: (o (B, Hq, Nq, D) contiguous, log-sum-exp (B, Hq, Nq) of compute_dtype)."""
     batch, heads, nq, d = q.shape
     kv_heads, nk = k.shape[1], k.shape[2]
     q, k, v = unit_stride(q), unit_stride(k), unit_stride(v)
     o = q.new_empty((batch, heads, nq, d))
-    lse = q.new_empty((batch, heads, nq), dtype=lse_dtype(q.dtype))
+    lse = q.new_empty((batch, heads, nq), dtype=compute_dtype(q.dtype))
     if o.numel() and nk:
         key = (batch, heads, kv_heads, nq, nk, d, causal)
         problem = lambda: problems_.problem(batch, heads, nq, d, kv_heads=kv_heads, nk=nk, causal=causal)  # noqa: E731
@@ -293,7 +293,7 @@ def _flash_attn_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is_causal:
 @_flash_attn_op.register_fake
 def _(q, k, v, is_causal, scale):
     batch, heads, nq, d = q.shape
-    return q.new_empty((batch, heads, nq, d)), q.new_empty((batch, heads, nq), dtype=lse_dtype(q.dtype))
+    return q.new_empty((batch, heads, nq, d)), q.new_empty((batch, heads, nq), dtype=compute_dtype(q.dtype))
 
 
 def _setup_context(ctx, inputs, output) -> None:

@@ -22,8 +22,8 @@ import triton.language as tl
 from autotune import runtime
 from autotune.kernels import _attn_math as math_
 from autotune.kernels import _attn_problems as problems_
-from autotune.kernels._attn_tiles import (LOG2E, exp_, key_blocks, load_rows, lse_dtype, mma, scalar, score_multiplier, split_float,
-                                         unit_stride, upcast, widen)
+from autotune.kernels._attn_tiles import (LOG2E, compute_dtype, exp_, key_blocks, load_rows, mma, scalar,
+                                         score_multiplier, split_float, unit_stride, upcast, widen)
 from autotune.kernels._rounding import round_to
 from autotune.search_spaces.flash_attn import BACKWARD_SPACE, block_d, bucket
 from autotune.spec import Inputs, KernelSpec
@@ -236,8 +236,8 @@ def _attn_bwd_query_kernel(
 
 def launch(do, q, k, v, o, lse, dq, dk, dv, causal: bool, scale: float, config: dict) -> None:
     """Gradients of attention of q (B, Hq, Nq, D) over k, v (B, Hk, Nk, D) into dq, dk, dv (dk and dv of
-    one layout), from the output o and its log-sum-exp (B, Hq, Nq, contiguous, of lse_dtype), with one config.
-    Unit stride along D is required."""
+    one layout), from the output o and its log-sum-exp (B, Hq, Nq, contiguous, of compute_dtype), with one
+    config. Unit stride along D is required."""
     batch, heads, nq, d = q.shape
     kv_heads, nk = k.shape[1], k.shape[2]
     if batch * heads * nq == 0 or nk == 0:  # no query sees a key: every gradient is 0
@@ -252,9 +252,8 @@ def launch(do, q, k, v, o, lse, dq, dk, dv, causal: bool, scale: float, config: 
             grad.zero_()
         dv[:, :, 0] = do.to(torch.float64).unflatten(1, (kv_heads, group)).sum((2, 3)).to(dv.dtype)
         return
-    wide = upcast(q.dtype)
-    compute = dict(dtype=torch.float64 if wide else torch.float32, device=q.device)
-    meta = dict(HEAD_DIM=d, BLOCK_D=block_d(d), CAUSAL=causal, UPCAST=wide,
+    compute = dict(dtype=compute_dtype(q.dtype), device=q.device)
+    meta = dict(HEAD_DIM=d, BLOCK_D=block_d(d), CAUSAL=causal, UPCAST=upcast(q.dtype),
                 num_warps=config["num_warps"], num_stages=config["num_stages"])
     common = (*q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *do.stride()[:3])
     scalars = (*split_float(scale), *score_multiplier(scale, q.dtype))
@@ -292,7 +291,7 @@ def make_inputs(problem: dict, dtype: torch.dtype, device: torch.device, seed: i
     gen = torch.Generator().manual_seed(seed + 1)
     inputs["do"] = problems_.place(torch.randn(q.shape, generator=gen), problem.get("layout", "contiguous"), dtype, device)
     o, lse = math_.reference_forward(inputs)
-    inputs["o"], inputs["lse"] = o.to(dtype), lse.to(lse_dtype(dtype))
+    inputs["o"], inputs["lse"] = o.to(dtype), lse.to(compute_dtype(dtype))
     return inputs
 
 
