@@ -2,9 +2,10 @@
 # flash_attn's GPU work, in stages that each fit one device call (< 9 minutes on an H100):
 #   OUT=... bash benchmarks/gpu_attention.sh STAGE...
 # Stages, in the order worth running them:
-#   check                  GPU, versions, and the gpu-marked attention tests (variants near the presets, peak
-#                          memory at N = 32k)
-#   gate                   the CPU suite's gate tests compiled for the GPU (every correctness case, variant, head dim)
+#   check                  GPU, versions, the shared GPU test of every kernel's default (tests/test_gpu.py) for
+#                          flash_attn and its backward, and peak memory at N = 32k
+#   gpu-tests              the gpu-marked attention tests: variants verified near the preset shapes
+#   gate-fwd  gate-bwd     the CPU suite's gate tests compiled for the GPU (every correctness case, variant, head dim)
 #   fwd:DTYPE:D:PART       search flash_attn on one part of the presets: PART = full | causal (N = 1k..16k, 16k
 #                          tokens, 16 heads) | decode (D = 128 only); DTYPE = bf16 | fp16; D = 64 | 128
 #   bwd:DTYPE:D:PART       search flash_attn_backward likewise (PART = full | causal)
@@ -12,7 +13,7 @@
 #   export                 the tuned attention rows as a database of their own, to ship or merge
 # For the goals (bf16, D = 128), in this order:
 #   check  fwd:bf16:128:full  fwd:bf16:128:causal  fwd:bf16:128:decode  bwd:bf16:128:full  bwd:bf16:128:causal
-#   compare:bf16  export
+#   compare:bf16  gpu-tests  gate-fwd  gate-bwd  export
 # The config database is $AUTOTUNE_DB (default benchmarks/results/attention-tuned.sqlite: untracked, so it
 # travels with the working tree to the next call); every stage copies it and its logs to $OUT (keep to
 # two stages per call: a call returns at most 8 files).
@@ -59,11 +60,15 @@ for stage in "$@"; do
       nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv
       python3 -c 'import torch, triton; print(torch.__version__, triton.__version__, torch.backends.cudnn.version())'
       python3 -m autotune gpu
+      python3 -m pytest -q -m gpu tests/test_gpu.py -k flash_attn \
+        tests/test_flash_attn.py::test_peak_memory_grows_linearly_not_quadratically \
+        -p no:cacheprovider 2>&1 | tee "$OUT/tests-check.log" | tail -15 ;;
+    gpu-tests)
       # shellcheck disable=SC2086
-      python3 -m pytest -q -m gpu $TESTS -p no:cacheprovider 2>&1 | tee "$OUT/tests-gpu.log" | tail -15 ;;
-    gate)
-      # shellcheck disable=SC2086
-      python3 -m pytest -q $TESTS -k gate -p no:cacheprovider 2>&1 | tee "$OUT/tests-gate.log" | tail -15 ;;
+      python3 -m pytest -q -m gpu $TESTS -k "not memory" -p no:cacheprovider 2>&1 | tee "$OUT/tests-gpu.log" | tail -15 ;;
+    gate-fwd|gate-bwd)
+      file=tests/test_flash_attn.py; [ "$what" = gate-bwd ] && file=tests/test_flash_attn_backward.py
+      python3 -m pytest -q "$file" -k gate -p no:cacheprovider 2>&1 | tee "$OUT/tests-$what.log" | tail -15 ;;
     fwd) search flash_attn "$dtype" "$d" "$part" ;;
     bwd) search flash_attn_backward "$dtype" "$d" "$part" ;;
     compare) python3 benchmarks/compare_attention.py --dtype "$dtype" --out "$OUT/compare-attention-$dtype-$GPU-$stamp" ;;

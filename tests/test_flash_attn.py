@@ -59,7 +59,7 @@ def test_every_head_dim_passes_the_gate(head_dim):
 
 
 VARIANTS = {
-    "mask every block": (config(mask="every", BLOCK_N=16, num_warps=2),
+    "mask every block": (config(mask="every", BLOCK_M=32, BLOCK_N=16, num_warps=2),
                          [CASES["causal Nq<Nk"], CASES["causal Nq>Nk"], CASES["ragged N"]]),
     "descriptors": (config(kv_load="descriptor", BLOCK_M=16, num_warps=2, num_stages=1),
                     [CASES["causal Nq>Nk"], CASES["custom scale"], problem(1, 2, 21, 1, nk=33)]),

@@ -49,9 +49,9 @@ def test_every_head_dim_passes_the_gate():
 
 
 VARIANTS = {
-    "atomic dq": (config(dq="atomic", BLOCK_M=16, num_warps=2),
+    "atomic dq": (config(dq="atomic", BLOCK_M=16, BLOCK_N=32, num_warps=2),
                   [CASES["causal Nq>Nk"], CASES["GQA"], CASES["large logits"]]),
-    "delta from the output": (config(delta="output", BLOCK_N=16, num_warps=2),
+    "delta from the output": (config(delta="output", BLOCK_M=32, BLOCK_N=16, num_warps=2),
                               [CASES["causal Nq<Nk"], CASES["custom scale"], CASES["GQA"]]),
     "large tiles": (config(BLOCK_M=64, BLOCK_N=64, num_warps=8, num_stages=3, dq="atomic"),
                     [problem(1, 4, 70, 32, kv_heads=1, nk=130, causal=True)]),
@@ -68,7 +68,9 @@ def test_only_the_recomputed_delta_keeps_up_where_softmax_rows_saturate():
     # dP - delta is tiny there. delta from the output inherits O's bfloat16 rounding, an error of dP's
     # size / 2**9; torch's CPU backward (the baseline here) does not, and neither does the recomputed delta.
     saturated = problem(2, 2, 1, 16, kv_heads=1, nk=509, magnitude=8.0)
-    output, recomputed = config(delta="output", BLOCK_M=128, BLOCK_N=128), config(BLOCK_M=128, BLOCK_N=128)
+    blocks = dict(BLOCK_M=128, BLOCK_N=128, num_warps=8)
+    output, recomputed = config(delta="output", **blocks), config(delta="recomputed", **blocks)
+    assert SPACE.rejects(output, saturated) is None
     failure = check_problem(SPEC, output, saturated, torch.bfloat16)
     assert failure is not None and "output 0" in failure.reason, failure
     assert check_problem(SPEC, recomputed, saturated, torch.bfloat16) is None

@@ -37,16 +37,16 @@ HALF_BYTES = 2
 do not fit fail to compile and are recorded as such."""
 
 FORWARD_DEFAULT: Config = {
-    "BLOCK_M": 32, "BLOCK_N": 32, "num_warps": 4, "num_stages": 1, "mask": "edges", "kv_load": "pointer",
+    "BLOCK_M": 16, "BLOCK_N": 32, "num_warps": 2, "num_stages": 1, "mask": "edges", "kv_load": "pointer",
     "KV_SPLITS": 1, "gqa": "per_head",
 }
 """The forward fallback: small tiles, not pipelined, that fit every head dim and dtype (float32 inputs
-compute in float64: their tiles take four times the bytes of half ones)."""
+compute in float64: at head dim 256 their tiles take 8 KB a row)."""
 BACKWARD_DEFAULT: Config = {
-    "BLOCK_M": 32, "BLOCK_N": 32, "num_warps": 4, "num_stages": 1, "dq": "separate", "delta": "recomputed",
+    "BLOCK_M": 16, "BLOCK_N": 16, "num_warps": 2, "num_stages": 1, "dq": "separate", "delta": "recomputed",
 }
-"""The backward fallback: holds four (32, head dim) tiles, which fits every head dim and dtype, and
-recomputes delta, which is right also where softmax rows saturate."""
+"""The backward fallback: the smallest tiles (it holds four of them, and float32 inputs compute in
+float64), and delta recomputed, which is right also where softmax rows saturate."""
 
 
 def dims(problem: Problem) -> tuple[int, int, int, int, int, int, int, bool]:
@@ -116,7 +116,7 @@ def _forward_fits_registers(c: Config, p: Problem) -> str | None:
 
 def _no_idle_warps(c: Config, p: Problem) -> str | None:
     # A warp's smallest MMA tile is 16 x 16: a score tile smaller than that per warp leaves warps idle.
-    if c["BLOCK_M"] * c["BLOCK_N"] < 256 * c["num_warps"]:
+    if not _is_default(c) and c["BLOCK_M"] * c["BLOCK_N"] < 256 * c["num_warps"]:
         return "BLOCK_M x BLOCK_N < 256 x num_warps: idle warps"
     return None
 
