@@ -8,6 +8,7 @@ export PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 export AUTOTUNE_DB=${AUTOTUNE_DB:-$OUT/tuned.sqlite}
 GPU=${GPU:-H100}
+NORM_KERNELS=${NORM_KERNELS:-layer_norm rms_norm group_norm layer_norm_backward rms_norm_backward group_norm_backward}
 stamp=$(date -u +%Y-%m-%d)
 at() { python3 -m autotune "$@"; }
 for stage in "$@"; do
@@ -28,7 +29,7 @@ for stage in "$@"; do
       at search softmax --gpu "$GPU" --trials 36 --timeout 40 --dtype fp32 --shape 4096x32768 --shape 1024x131072 >>"$OUT/search.log" 2>>"$OUT/search.err"
       tail -4 "$OUT/search.log"; grep evaluated "$OUT/search.err" ;;
     search-norms)  # NORM_KERNELS, NORM_DTYPES, TRIALS_NORM, STUDY_TIMEOUT narrow it
-      for kernel in ${NORM_KERNELS:-layer_norm rms_norm group_norm layer_norm_backward rms_norm_backward group_norm_backward}; do
+      for kernel in $NORM_KERNELS; do
         for dtype in ${NORM_DTYPES:-bf16 fp16 fp32}; do
           at search "$kernel" --gpu "$GPU" --trials "${TRIALS_NORM:-30}" ${STUDY_TIMEOUT:+--timeout $STUDY_TIMEOUT} --dtype "$dtype" \
             >>"$OUT/search.log" 2>>"$OUT/search.err"
@@ -36,7 +37,7 @@ for stage in "$@"; do
         done
       done ;;
     compare-norms)
-      kernels=""; for k in ${NORM_KERNELS:-layer_norm rms_norm group_norm layer_norm_backward rms_norm_backward group_norm_backward}; do kernels="$kernels --kernel $k"; done
+      kernels=""; for k in $NORM_KERNELS; do kernels="$kernels --kernel $k"; done
       python3 benchmarks/compare.py $kernels ${COMPARE_DTYPES:---dtype bf16} --out "$OUT/compare-norms-$GPU-$stamp" ;;
     compare)
       python3 benchmarks/compare.py --kernel vector_add --kernel softmax --out "$OUT/compare-$GPU-$stamp" ;;

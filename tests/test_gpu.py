@@ -11,10 +11,7 @@ from autotune.verify import verify
 pytestmark = pytest.mark.gpu
 
 
-SHIPPED = [name for name in autotune.names() if ":" not in name]
-
-
-@pytest.mark.parametrize("name", SHIPPED)
+@pytest.mark.parametrize("name", autotune.names())
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
 def test_default_config_verifies_on_the_gpu_with_large_problems(name, dtype):
     spec = autotune.get(name)

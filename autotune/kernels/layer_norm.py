@@ -230,7 +230,7 @@ def _torch_norm(inputs: Inputs, rms: bool, dtype: torch.dtype | None):
         y = torch.nn.functional.rms_norm(h, shape, cast(inputs["weight"]), inputs["eps"])
     else:
         weight, bias = cast(inputs["weight"]), cast(inputs["bias"])
-        if any(p is not None and p.dtype != h.dtype for p in (weight, bias)):
+        if backward_.mixed_params(h, weight, bias):
             # float32 parameters on a half x: what torch's mixed-dtype kernel computes (in float32, one
             # rounding), also where CUDA's refuses the mix (one parameter absent).
             y = torch.nn.functional.layer_norm(h.float(), shape, weight, bias, inputs["eps"]).to(h.dtype)

@@ -252,6 +252,11 @@ def as_rows(t: torch.Tensor | None, norm_dims: int) -> torch.Tensor | None:
     return t.reshape(math.prod(t.shape[:split]), math.prod(t.shape[split:]))
 
 
+def mixed_params(x: torch.Tensor, *params: torch.Tensor | None) -> bool:
+    """Whether a parameter's dtype differs from x's (float32 weight or bias on half data)."""
+    return any(p is not None and p.dtype != x.dtype for p in params)
+
+
 def flat(t: torch.Tensor | None) -> torch.Tensor | None:
     """A weight or bias as one contiguous row (None stays None)."""
     return None if t is None else t.reshape(-1).contiguous()
@@ -307,7 +312,7 @@ def _torch_grads(inputs: Inputs, rms: bool, dtype: torch.dtype | None):
             # CUDA one returns an empty gradient for it past 65536 rows (torch 2.11). The same math, bias apart.
             y = torch.nn.functional.layer_norm(x if bias.dtype == x.dtype else x.float(), shape, None, None,
                                                inputs["eps"]) + bias
-        elif any(p is not None and p.dtype != x.dtype for p in (weight, bias)):
+        elif mixed_params(x, weight, bias):
             # float32 parameters on a half x: torch's mixed-dtype kernels compute in float32 and round dx
             # once; CUDA's refuse a lone weight. The same math through x.float().
             y = torch.nn.functional.layer_norm(x.float(), shape, weight, bias, inputs["eps"])
