@@ -16,6 +16,7 @@
 #                    --table benchmarks/results/quality-table-matmul-bf16.json --out benchmarks/results/search-quality-matmul-grid-gp
 #   quality-live   TPE, GP and random live on 4096^3 and 8192x4096x14336 (resumable the same way)
 #
+# Knobs: TRIALS (configs per study), STUDY_TIMEOUT (seconds per study, default 110), STAGE_SECONDS (per stage).
 # Everything lands in $OUT: the config database ($AUTOTUNE_DB, default $OUT/tuned.sqlite), logs, results.
 # The quality table ($OUT/quality-table-matmul-bf16.json) lets a stage continue in a later session: copy the
 # returned file to benchmarks/results/ before the next call; it is copied back into $OUT first. Likewise a
@@ -51,13 +52,13 @@ for stage in "$@"; do
       timeout "$STAGE_SECONDS" python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_matmul.py \
         tests/test_linear_and_mlp.py 2>&1 | tee "$OUT/gpu-tests-matmul.log" | tail -40 ;;
     search-mm1)
-      search matmul "${TRIALS:-60}" 110 4096x4096x4096 8192x8192x8192 8192x4096x4096 ;;
+      search matmul "${TRIALS:-60}" "${STUDY_TIMEOUT:-110}" 4096x4096x4096 8192x8192x8192 8192x4096x4096 ;;
     search-mm2)
-      search matmul "${TRIALS:-60}" 110 8192x4096x14336 8192x14336x4096 8192x4096x16384 ;;
+      search matmul "${TRIALS:-60}" "${STUDY_TIMEOUT:-110}" 8192x4096x14336 8192x14336x4096 8192x4096x16384 ;;
     search-linear)
-      search linear "${TRIALS:-60}" 110 8192x4096x16384,bias,gelu_tanh 8192x16384x4096,bias 8192x4096x4096,bias ;;
+      search linear "${TRIALS:-60}" "${STUDY_TIMEOUT:-110}" 8192x4096x16384,bias,gelu_tanh 8192x16384x4096,bias 8192x4096x4096,bias ;;
     search-mlp)
-      search mlp "${TRIALS:-40}" 110 8192x4096x16384x4096 8192x1024x4096x256 ;;
+      search mlp "${TRIALS:-40}" "${STUDY_TIMEOUT:-110}" 8192x4096x16384x4096 8192x1024x4096x256 ;;
     compare)
       timeout "$STAGE_SECONDS" python3 benchmarks/compare.py --dtype bf16 --kernel matmul --kernel linear --kernel mlp \
         --shape matmul=4096x4096x4096 --shape matmul=8192x8192x8192 --shape matmul=8192x4096x4096 \
