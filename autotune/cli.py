@@ -341,9 +341,13 @@ def db_verify(gpu_name: str | None, db_url: str | None, kernels: tuple[str, ...]
     flagged and no longer served. Exit 1 if any row fails."""
     from tqdm import tqdm
 
-    from autotune.reverify import reverify_rows
+    from autotune.reverify import gpu_to_verify, reverify_rows
 
     specs = [_spec(k) for k in kernels]
+    try:
+        gpu_to_verify(gpu_name)  # before the database is opened (and, if old, upgraded)
+    except gpu.GPUMismatchError as exc:
+        raise click.ClickException(str(exc)) from None
     if db_url and "://" not in db_url and not os.path.isfile(db_url):
         raise click.ClickException(f"no database at {db_url}")
     with _store(db_url) as store, tqdm(desc="db verify", unit="row", file=sys.stderr, leave=False) as bar:
@@ -353,10 +357,7 @@ def db_verify(gpu_name: str | None, db_url: str | None, kernels: tuple[str, ...]
             bar.update(done - bar.n)
             bar.set_postfix_str(f"{verdict.kernel} {verdict.dtype} {verdict.bucket}: {verdict.result}")
 
-        try:
-            report = reverify_rows(store, gpu_name=gpu_name, kernels=specs, examples=examples, seed=seed, on_row=progress)
-        except gpu.GPUMismatchError as exc:
-            raise click.ClickException(str(exc)) from None
+        report = reverify_rows(store, gpu_name=gpu_name, kernels=specs, examples=examples, seed=seed, on_row=progress)
     counts = {r: sum(v.result == r for v in report.rows) for r in ("pass", "FAIL", "skipped")}
     click.echo(f"{report.gpu}: {len(report.rows)} row(s) on seed {report.seed}, at least {report.examples} Hypothesis "
                f"problems each plus the bucket's edges: {counts['pass']} pass, {counts['FAIL']} FAIL (flagged, no longer "

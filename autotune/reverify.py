@@ -46,6 +46,11 @@ class Reverification:
         return [r for r in self.rows if r.result == "FAIL"]
 
 
+def gpu_to_verify(gpu_name: str | None) -> gpu.GPUInfo:
+    """This machine's GPU, which `gpu_name` (None: any) must name: verification runs the kernels here."""
+    return gpu.require_gpu(gpu_name, "verification runs the kernels here: run it on that GPU")
+
+
 def reverify_rows(
     store: ConfigStore,
     *,
@@ -65,7 +70,7 @@ def reverify_rows(
         seed: None draws a fresh one; the seed used is returned and kept on every row.
         on_row: called with each verdict, the number of rows done and the number in all.
     """
-    here = gpu.require_gpu(gpu_name, "verification runs the kernels here: run it on that GPU")
+    here = gpu_to_verify(gpu_name)
     examples = DEFAULT_EXAMPLES if examples is None else examples
     if isinstance(examples, bool) or not isinstance(examples, int) or examples < 1:
         raise ValueError(f"examples must be a positive int, got {examples!r}")

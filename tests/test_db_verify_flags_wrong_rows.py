@@ -107,5 +107,8 @@ def test_verification_of_another_gpu_is_refused_before_anything_runs(user_db):
     assert all(r.verified_at is None for r in _rows(user_db).values())
     missing = CliRunner().invoke(main, ["db", "verify", "--db", str(user_db.parent / "none.sqlite")])
     assert missing.exit_code != 0 and "no database at" in missing.output
-    with ConfigStore(str(user_db)) as store, pytest.raises(ValueError, match="examples must be a positive int"):
-        reverify_rows(store, examples=0)
+    with ConfigStore(str(user_db)) as store:
+        with pytest.raises(gpu.GPUMismatchError, match="this machine's device is"):
+            reverify_rows(store, gpu_name="H100")
+        with pytest.raises(ValueError, match="examples must be a positive int"):
+            reverify_rows(store, examples=0)

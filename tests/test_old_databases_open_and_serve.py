@@ -140,3 +140,13 @@ def test_an_old_postgresql_database_is_upgraded_in_place(postgres_url):
     with engine.connect() as conn:
         assert conn.exec_driver_sql("SELECT version FROM schema_info").scalar() == SCHEMA_VERSION
     engine.dispose()
+
+
+def test_the_shipped_database_is_at_this_schema_version():
+    conn = sqlite3.connect(f"file:{db.shipped_path()}?mode=ro", uri=True)
+    try:
+        assert conn.execute("SELECT version FROM schema_info").fetchall() == [(SCHEMA_VERSION,)]
+        assert VERIFICATION_COLUMNS <= {r[1] for r in conn.execute("PRAGMA table_info(best_configs)")}
+        assert conn.execute("PRAGMA journal_mode").fetchone() == ("delete",)  # self-contained in a read-only install
+    finally:
+        conn.close()
