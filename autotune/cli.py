@@ -6,6 +6,7 @@ import contextlib
 import csv
 import io
 import json
+import os
 import sys
 from collections.abc import Sequence
 
@@ -292,14 +293,15 @@ def query(kernel: str, gpu_name: str | None, dtype: str | None, db_url: str | No
     gpu_name = gpu.normalize_gpu_name(gpu_name) if gpu_name else None
     rows = stored_rows(spec, db_url=db_url, gpu=gpu_name, dtype=dtype)
     if fmt == "table":
-        keep = ("gpu", "dtype", "bucket", "config", "time_ms", "vs_default", "vs_torch", "examples", "current", "source")
+        keep = ("gpu", "dtype", "bucket", "config", "time_ms", "vs_default", "vs_torch", "examples", "verified", "current",
+                "source")
         rows = [{k: r[k] for k in keep} for r in rows]
     _emit(rows, fmt)
 
 
 @main.group()
 def db() -> None:
-    """Move config databases around."""
+    """Move config databases around and re-verify their rows."""
 
 
 @db.command("export")
@@ -323,6 +325,49 @@ def db_export(gpu_name: str, output: str, kernel: str | None, db_url: str | None
         except FileExistsError:
             raise click.ClickException(f"{output} exists; choose a new file") from None
     click.echo(f"exported {n} row(s) for {gpu.normalize_gpu_name(gpu_name)} to {output}")
+
+
+@db.command("verify")
+@click.option("--gpu", "gpu_name", help="GPU whose rows to re-verify; must be this machine's (default: this machine's).")
+@click.option("--db", "db_url", help="Database to re-verify and record into: path or SQLAlchemy URL (default: $AUTOTUNE_DB or ~/.cache).")
+@click.option("--kernel", "kernels", multiple=True, help="Only this kernel's rows (repeatable; a name or module:attr path).")
+@click.option("--examples", type=click.IntRange(min=1),
+              help="Hypothesis problems per row, at least one more than its search verified [default: 200].")
+@click.option("--seed", type=int, help="Hypothesis seed [default: a fresh one, printed and recorded].")
+@click.option("--format", "fmt", type=FORMATS, default="table", show_default=True)
+def db_verify(gpu_name: str | None, db_url: str | None, kernels: tuple[str, ...], examples: int | None, seed: int | None,
+              fmt: str) -> None:
+    """Re-verify every best row of this GPU on a fresh seed and record the outcomes; a row that fails is
+    flagged and no longer served. Exit 1 if any row fails."""
+    from tqdm import tqdm
+
+    from autotune.reverify import gpu_to_verify, reverify_rows
+
+    specs = [_spec(k) for k in kernels]
+    try:
+        gpu_to_verify(gpu_name)  # before the database is opened (and, if old, upgraded)
+    except gpu.GPUMismatchError as exc:
+        raise click.ClickException(str(exc)) from None
+    if db_url and "://" not in db_url and not os.path.isfile(db_url):
+        raise click.ClickException(f"no database at {db_url}")
+    with _store(db_url) as store, tqdm(desc="db verify", unit="row", file=sys.stderr, leave=False) as bar:
+
+        def progress(verdict, done: int, total: int) -> None:
+            bar.total = total
+            bar.update(done - bar.n)
+            bar.set_postfix_str(f"{verdict.kernel} {verdict.dtype} {verdict.bucket}: {verdict.result}")
+
+        report = reverify_rows(store, gpu_name=gpu_name, kernels=specs, examples=examples, seed=seed, on_row=progress)
+    counts = {r: sum(v.result == r for v in report.rows) for r in ("pass", "FAIL", "skipped")}
+    click.echo(f"{report.gpu}: {len(report.rows)} row(s) on seed {report.seed}, at least {report.examples} Hypothesis "
+               f"problems each plus the bucket's edges: {counts['pass']} pass, {counts['FAIL']} FAIL (flagged, no longer "
+               f"served), {counts['skipped']} skipped", err=True)
+    rows = [{"kernel": v.kernel, "dtype": v.dtype, "bucket": v.bucket, "examples": v.examples, "result": v.result,
+             "minimal failing problem / why skipped": v.detail, **({"config": v.config_json} if fmt != "table" else {})}
+            for v in report.rows]
+    _emit(rows, fmt)
+    if report.failed:
+        sys.exit(1)
 
 
 @db.command("merge")

@@ -132,6 +132,17 @@ def current_gpu() -> GPUInfo:
     )
 
 
+def require_gpu(requested: str | None, reason: str, info: GPUInfo | None = None) -> GPUInfo:
+    """The device here (or `info`, found elsewhere), checked to be the one `requested` names (None or
+    'auto': any); GPUMismatchError saying `reason` where it is another."""
+    info = info or current_gpu()
+    if requested is not None and requested.lower() != "auto" and normalize_gpu_name(requested) != info.name:
+        raise GPUMismatchError(
+            f"--gpu {requested} asked for, but this machine's device is {info.name} ({info.device_name}); {reason}"
+        )
+    return info
+
+
 _warned_timings = False
 
 

@@ -2,8 +2,20 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from autotune.runtime import database_urls
 from autotune.spec import KernelSpec
+
+if TYPE_CHECKING:
+    from autotune.db import BestRow
+
+
+def verification_label(row: BestRow) -> str:
+    """'pass 2026-05-01' or 'FAIL 2026-05-01' (flagged: not served) after `autotune db verify`, else 'not yet'."""
+    if row.verified_at is None:
+        return "not yet"
+    return f"{'pass' if row.verify_passed else 'FAIL'} {row.verified_at:%Y-%m-%d}"
 
 
 def stored_rows(
@@ -11,7 +23,8 @@ def stored_rows(
 ) -> list[dict]:
     """Rows of spec's best configs: from db_url alone if given, else the user and shipped databases.
 
-    `current` says whether a row was tuned for this version of the kernel (the runtime uses only those).
+    `current` says whether a row was tuned for this version of the kernel (the runtime uses only those);
+    `verified` how its latest re-verification went (the runtime never serves a row that failed it).
     """
     from autotune.db import ConfigStore, as_url
 
@@ -37,6 +50,11 @@ def stored_rows(
                         "triton": r.triton_version,
                         "torch": r.torch_version,
                         "created_at": r.created_at.isoformat() if r.created_at else None,
+                        "verified": verification_label(r),
+                        "verified_at": r.verified_at.isoformat() if r.verified_at else None,
+                        "verify_seed": r.verify_seed,
+                        "verify_examples": r.verify_examples,
+                        "verify_failure": r.verify_failure_json,
                         "current": r.source_hash == spec.source_hash,
                         "source": "shipped" if readonly else url,
                     }

@@ -1,5 +1,6 @@
 """Config lookup at call time: in-process cache, then the user database, then the shipped one;
-exact bucket, else nearest bucket, else the space's default. Stored configs are validated first."""
+exact bucket, else nearest bucket, else the space's default. Stored configs are validated first, and
+rows that failed re-verification (`autotune db verify`) are never served."""
 
 from __future__ import annotations
 
@@ -21,6 +22,13 @@ MAX_SHAPES_REMEMBERED = 4096
 
 class StoredConfigWarning(UserWarning):
     """A stored config was ignored: corrupt, out of the space, or tuned for another kernel source."""
+
+
+class NoTunedConfigsWarning(UserWarning):
+    """No database holds a row of a kernel for this GPU: its calls launch the space's default config."""
+
+
+_warned_no_rows: set[tuple[str, str]] = set()  # (kernel, gpu): said once per process
 
 
 @dataclass(frozen=True)
@@ -120,14 +128,18 @@ class TunedConfigs:
         rows: list[tuple[str, Config, str]] = []
         seen: set[str] = set()
         ignored: list[str] = []
-        for url, readonly in database_urls():
+        consulted, any_rows = database_urls(), False
+        for url, readonly in consulted:
             try:
                 with ConfigStore(url, readonly=readonly) as store:
-                    found = store.best_rows(kernel=self.spec.name, gpu=gpu_name, dtype=DTYPE_NAMES[dtype])
+                    found = store.best_rows(kernel=self.spec.name, gpu=gpu_name)  # every dtype: any rows at all?
             except Exception as exc:  # an unreadable database must not break a kernel call
                 ignored.append(f"database {url} unreadable ({type(exc).__name__}: {exc})")
                 continue
+            any_rows = any_rows or bool(found)
             for row in found:
+                if row.dtype != DTYPE_NAMES[dtype] or row.flagged:  # flagged: failed re-verification
+                    continue
                 if row.source_hash != self.spec.source_hash:
                     ignored.append(f"bucket {row.bucket}: tuned for another kernel source ({row.source_hash})")
                     continue
@@ -144,6 +156,15 @@ class TunedConfigs:
                 f"autotune: ignored {len(ignored)} stored config(s) for {self.spec.name} "
                 f"{DTYPE_NAMES[dtype]} on {gpu_name}: " + "; ".join(ignored[:5]),
                 StoredConfigWarning,
+                stacklevel=4,
+            )
+        if not any_rows and (self.spec.name, gpu_name) not in _warned_no_rows:
+            _warned_no_rows.add((self.spec.name, gpu_name))
+            warnings.warn(
+                f"autotune: no tuned configs for {self.spec.name} on {gpu_name} in the {len(consulted)} database(s) "
+                "consulted, so no exact or nearest bucket to take: it launches its default config here "
+                f"(`autotune search {self.spec.name}` tunes it for this GPU)",
+                NoTunedConfigsWarning,
                 stacklevel=4,
             )
         return rows

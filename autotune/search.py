@@ -81,13 +81,10 @@ def check_gpu(requested: str, *, isolated: bool = False) -> gpu.GPUInfo:
     `isolated`: ask a worker process, so that this one never creates a CUDA context."""
     from autotune import isolation
 
-    info = isolation.worker_gpu() if isolated else gpu.current_gpu()
-    if requested.lower() != "auto" and gpu.normalize_gpu_name(requested) != info.name:
-        raise gpu.GPUMismatchError(
-            f"--gpu {requested} asked for, but this machine's device is {info.name} ({info.device_name}); "
-            "a search measures the GPU it runs on: run it there, or pass --gpu auto"
-        )
-    return info
+    return gpu.require_gpu(
+        requested, "a search measures the GPU it runs on: run it there, or pass --gpu auto",
+        isolation.worker_gpu() if isolated else None,
+    )
 
 
 def check_request(
@@ -419,7 +416,7 @@ def warm_starts(spec: KernelSpec, store: ConfigStore | None, gpu_name: str, dtyp
     configs = [dict(spec.space.default)]
     if store is not None:
         for row in store.best_rows(kernel=spec.name, gpu=gpu_name, dtype=DTYPE_NAMES[dtype], source_hash=spec.source_hash):
-            if row.bucket == bucket:
+            if row.bucket == bucket and not row.flagged:
                 try:
                     configs.append(spec.space.validate(row.config))
                 except ValueError:

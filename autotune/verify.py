@@ -206,8 +206,11 @@ def verify(
     max_numel: int | None = None,
     extra_problems: Sequence[Problem] = (),
     cache: ReferenceCache | None = None,
+    extra_first: bool = True,
 ) -> VerifyResult:
     """Check config on `extra_problems`, then on up to `examples` Hypothesis problems; shrink a failure.
+    With `extra_first=False` the Hypothesis problems come first, so that a failure found among them is
+    reported shrunk, not as the extra problem (often a large one) that fails too.
 
     A config is only checked on problems its space's constraints let it run on.
     """
@@ -227,11 +230,15 @@ def verify(
         checked.append(problem)
         return check_problem(spec, config, problem, dtype, seed=seed or 0, cache=cache) is not None
 
-    for problem in extra_problems:
-        if fails(problem):
-            failure = check_problem(spec, config, spec.problem_for(problem, dtype), dtype, seed=seed or 0, cache=cache)
-            return VerifyResult(spec.name, dtype_name, config, len(checked), failure, skipped=skipped, problems=checked)
+    def first_extra_failure() -> VerifyResult | None:
+        for problem in extra_problems:
+            if fails(problem):
+                failure = check_problem(spec, config, spec.problem_for(problem, dtype), dtype, seed=seed or 0, cache=cache)
+                return VerifyResult(spec.name, dtype_name, config, len(checked), failure, skipped=skipped, problems=checked)
+        return None
 
+    if extra_first and (failed := first_extra_failure()):
+        return failed
     hyp_settings = settings(
         max_examples=examples,
         database=None,
@@ -243,6 +250,8 @@ def verify(
             spec.problems(max_numel), fails, settings=hyp_settings, random=random.Random(seed if seed is not None else 0)
         )
     except NoSuchExample:
+        if not extra_first and (failed := first_extra_failure()):
+            return failed
         return VerifyResult(spec.name, dtype_name, config, len(checked), None, skipped=skipped, problems=checked)
     failure = check_problem(spec, config, spec.problem_for(minimal, dtype), dtype, seed=seed or 0, cache=cache)
     if failure is None:  # flaky: failed during the search, passes on replay (a race or reading unset memory)

@@ -44,7 +44,10 @@ for stage in "$@"; do
     hot-path)
       python3 benchmarks/hot_path.py --out "$OUT/hot-path-$GPU-$stamp" ;;
     reverify)
-      python3 benchmarks/reverify_db.py --db "$AUTOTUNE_DB" --examples "${REVERIFY_EXAMPLES:-100}" --out "$OUT/reverify-$GPU-$stamp" ;;
+      # Every row of this GPU on a fresh seed (printed on stderr; REVERIFY_SEED repeats one); each outcome is
+      # recorded on its row, the table also goes to $OUT.
+      at db verify --gpu "$GPU" --db "$AUTOTUNE_DB" --examples "${REVERIFY_EXAMPLES:-200}" ${REVERIFY_SEED:+--seed "$REVERIFY_SEED"} \
+        | tee "$OUT/reverify-$GPU-$stamp.txt" ;;
     gpu-tests)
       python3 -m pytest -q -m gpu tests/ -p no:cacheprovider ${GPU_TESTS_K:+-k "$GPU_TESTS_K"} ;;
     faults)

@@ -353,3 +353,91 @@ def test_concurrent_writers_lose_nothing(shared_db: str) -> None:
     if "://" not in shared_db:
         with sqlite3.connect(shared_db) as conn:
             assert conn.execute("PRAGMA integrity_check").fetchone() == ("ok",)
+
+
+def _flag(store: ConfigStore, row: BestRow, **kw: Any) -> bool:
+    return store.record_verification(row, passed=False, seed=1, examples=5,
+                                     failure_json=json.dumps({"problem": {"m": 3, "n": 17}, "reason": "NaN"}), **kw)
+
+
+def test_a_verification_is_kept_on_the_row_it_checked_and_leaves_the_evidence_alone(store: ConfigStore) -> None:
+    row = best()
+    store.record_best(row)
+    [stored] = store.best_rows()
+    assert stored.verified_at is None and not stored.flagged
+    at = datetime(2026, 1, 2, 3, 4, 5, tzinfo=timezone.utc)
+    assert _flag(store, stored, at=at)
+    [got] = store.best_rows()
+    assert (got.verified_at, got.verify_seed, got.verify_examples, got.verify_passed) == (at, 1, 5, False)
+    assert got.flagged and got.verify_failure == {"problem": {"m": 3, "n": 17}, "reason": "NaN"}
+    verification = dict(verified_at=None, verify_seed=None, verify_examples=None, verify_passed=None, verify_failure_json=None)
+    assert unsaved(dataclasses.replace(got, **verification)) == row
+
+    assert store.record_verification(got, passed=True, seed=2, examples=9)  # the latest verification counts
+    [again] = store.best_rows()
+    assert again.verify_passed and not again.flagged and again.verify_failure is None and again.verify_seed == 2
+
+
+def test_a_verification_of_a_row_that_changed_meanwhile_is_not_kept(store: ConfigStore) -> None:
+    store.record_best(best(time_ms=2.0))
+    [read] = store.best_rows()
+    store.record_best(best(time_ms=1.0, config_json='{"BLOCK_N": 64}'))  # a faster config took the key
+    assert not store.record_verification(read, passed=True, seed=1, examples=3)
+    [now] = store.best_rows()
+    assert now.config == {"BLOCK_N": 64} and now.verified_at is None
+
+
+@pytest.mark.parametrize(
+    "bad, message",
+    [({"passed": True, "failure_json": '{"problem": {}}'}, "failed verification"), ({"examples": -1}, "verify_examples"),
+     ({"failure_json": "[1]"}, "JSON object"), ({"at": datetime(2026, 1, 1)}, "timezone-aware")],
+)
+def test_record_verification_rejects_bad_outcomes(store: ConfigStore, bad: dict[str, Any], message: str) -> None:
+    store.record_best(best())
+    [row] = store.best_rows()
+    with pytest.raises(ValueError, match=message):
+        store.record_verification(row, **{"passed": False, "seed": 1, "examples": 3, **bad})
+    assert store.best_rows()[0].verified_at is None
+
+
+def test_a_flagged_row_gives_way_to_any_other_config_however_slow_but_not_to_its_own(store: ConfigStore) -> None:
+    store.record_best(best(time_ms=2.0))
+    _flag(store, store.best_rows()[0])
+    assert not store.record_best(best(time_ms=0.5))  # the same wrong config, found again by a search
+    assert store.best_rows()[0].flagged
+    slower = best(time_ms=9.0, config_json='{"BLOCK_N": 64}')
+    assert store.record_best(slower)
+    [now] = store.best_rows()
+    assert unsaved(now) == slower and not now.flagged
+
+
+def test_merge_never_takes_a_flagged_row_over_a_working_one(store: ConfigStore, tmp_path: Path) -> None:
+    store.record_best(best(bucket="a", time_ms=2.0))
+    other_path = tmp_path / "other.sqlite"
+    with ConfigStore(str(other_path)) as other:
+        for bucket in ("a", "b"):
+            other.record_best(best(bucket=bucket, time_ms=1.0, config_json='{"BLOCK_N": 64}'))
+            _flag(other, next(r for r in other.best_rows() if r.bucket == bucket))
+    assert store.merge(str(other_path)) == (2, 1)
+    got = {r.bucket: r for r in store.best_rows()}
+    assert (got["a"].time_ms, got["a"].flagged) == (2.0, False)
+    assert got["b"].flagged  # a key of its own: kept with its flag, which keeps it from being served
+
+
+def test_a_new_file_gets_wal_and_an_exported_file_keeps_its_rollback_journal_when_written(
+    store: ConfigStore, db_path: Path, tmp_path: Path
+) -> None:
+    store.record_best(best())
+    exported = tmp_path / "exported.sqlite"
+    store.export(str(exported))
+    with ConfigStore(str(exported)) as writer:
+        assert writer.record_verification(writer.best_rows()[0], passed=True, seed=1, examples=3)
+
+    def mode(path: Path) -> str:
+        conn = sqlite3.connect(path)
+        try:
+            return conn.execute("PRAGMA journal_mode").fetchone()[0]
+        finally:
+            conn.close()
+
+    assert (mode(db_path), mode(exported)) == ("wal", "delete")

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import dataclasses
 
+import torch
 import triton
 import triton.language as tl
 
+from autotune import runtime
 from autotune.kernels import vector_add
 
 BAD_BLOCK = 2048
@@ -58,3 +60,11 @@ STATIC_FAIL_ADD = dataclasses.replace(
     sources=(_static_fail_add_kernel,), _hash=[],
 )
 """Fails to compile with BLOCK_SIZE=256; right otherwise."""
+
+
+def tail_bug_add(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """x + y (1-D) with the config the runtime looks up for TAIL_BUG_ADD, as a shipped kernel's function does."""
+    n = x.numel()
+    config = runtime.tuned(TAIL_BUG_ADD).lookup(x.dtype, n, lambda: TAIL_BUG_ADD.bucket({"shape": [n]}), lambda: {"shape": [n]})
+    runtime.note_launch(TAIL_BUG_ADD.name, config)
+    return TAIL_BUG_ADD.launch({"x": x, "y": y}, config, torch.empty_like(x))

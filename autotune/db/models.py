@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from datetime import datetime, timezone
 
-from sqlalchemy import DateTime, Dialect, Float, Index, Integer, String, Text, TypeDecorator, UniqueConstraint
+from sqlalchemy import Boolean, DateTime, Dialect, Float, Index, Integer, String, Text, TypeDecorator, UniqueConstraint
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
-SCHEMA_VERSION = 1
-"""Bump on any change to the tables below; a database with another version is refused on open."""
+SCHEMA_VERSION = 2
+"""Bump on any change to the tables below; a database with another version is refused on open, unless
+autotune.db.migrations can upgrade it (version 1: best_configs without the verification columns)."""
 
 
 class UTCDateTime(TypeDecorator[datetime]):
@@ -66,6 +67,13 @@ class BestConfig(Base):
     triton_version: Mapped[str] = mapped_column(String(64))
     torch_version: Mapped[str] = mapped_column(String(64))
     created_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    # The latest re-verification (`autotune db verify`); all NULL until there is one. A row that failed
+    # it is flagged: the runtime no longer serves it.
+    verified_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    verify_seed: Mapped[int | None] = mapped_column(Integer)
+    verify_examples: Mapped[int | None] = mapped_column(Integer)
+    verify_passed: Mapped[bool | None] = mapped_column(Boolean)
+    verify_failure_json: Mapped[str | None] = mapped_column("verify_failure", Text)
 
 
 class TrialRecord(Base):

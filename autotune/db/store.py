@@ -14,10 +14,11 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, TypeVar
 
-from sqlalchemy import Connection, Engine, URL, create_engine, event, inspect, make_url, select
+from sqlalchemy import Connection, Engine, URL, create_engine, event, inspect, make_url, select, update
 from sqlalchemy.exc import DBAPIError, IntegrityError, ProgrammingError
 from sqlalchemy.orm import Session
 
+from autotune.db import migrations
 from autotune.db.models import SCHEMA_VERSION, Base, BestConfig, SchemaInfo, TrialRecord
 
 OUTCOMES = ("ok", "invalid", "compile_error", "incorrect", "error", "crashed", "timeout")
@@ -80,12 +81,27 @@ class BestRow:
     triton_version: str
     torch_version: str
     created_at: datetime = field(default_factory=_now)
+    verified_at: datetime | None = None
+    verify_seed: int | None = None
+    verify_examples: int | None = None
+    verify_passed: bool | None = None
+    verify_failure_json: str | None = None
     id: int | None = None
 
     @property
     def config(self) -> dict[str, Any]:
         """The config as a dict; ValueError if the stored JSON is not an object."""
         return _json_object(self.config_json, "config_json")
+
+    @property
+    def flagged(self) -> bool:
+        """Failed its latest re-verification: the runtime no longer serves it."""
+        return self.verify_passed is False
+
+    @property
+    def verify_failure(self) -> dict[str, Any] | None:
+        """Why the latest re-verification failed (the minimal failing problem and the reason), if it did."""
+        return None if self.verify_failure_json is None else _json_object(self.verify_failure_json, "verify_failure_json")
 
     @property
     def problem(self) -> dict[str, Any]:
@@ -147,6 +163,23 @@ def _check_best(row: BestRow) -> None:
     if row.examples_verified < 0:
         raise ValueError(f"examples_verified must be >= 0, got {row.examples_verified}")
     _check_aware(row.created_at)
+    _check_verification(row.verified_at, row.verify_seed, row.verify_examples, row.verify_passed, row.verify_failure_json)
+
+
+def _check_verification(
+    at: datetime | None, seed: int | None, examples: int | None, passed: bool | None, failure_json: str | None
+) -> None:
+    given = [v is not None for v in (at, seed, examples, passed)]
+    if any(given) and not all(given):
+        raise ValueError("verified_at, verify_seed, verify_examples and verify_passed are given together or not at all")
+    if at is not None:
+        _check_aware(at)
+    if examples is not None and examples < 0:
+        raise ValueError(f"verify_examples must be >= 0, got {examples}")
+    if failure_json is not None:
+        if passed is not False:
+            raise ValueError("verify_failure_json belongs to a failed verification (verify_passed=False)")
+        _json_object(failure_json, "verify_failure_json")
 
 
 def _check_trial(row: TrialRow) -> None:
@@ -164,22 +197,29 @@ def _values(row: BestRow | TrialRow) -> dict[str, Any]:
     return {f.name: getattr(row, f.name) for f in fields(row) if f.name != "id"}
 
 
-def _best_row(m: BestConfig) -> BestRow:
-    return BestRow(**{f.name: getattr(m, f.name) for f in fields(BestRow)})
+_BEST_FIELDS = tuple(f.name for f in fields(BestRow))
+_KEY = ("kernel", "source_hash", "gpu", "dtype", "bucket")
 
 
 def _trial_row(m: TrialRecord) -> TrialRow:
     return TrialRow(**{f.name: getattr(m, f.name) for f in fields(TrialRow)})
 
 
+def _replaces(new: BestRow, old: BestConfig) -> bool:
+    """Whether new takes old's place: a row that failed re-verification loses to one that did not, and
+    its config stays out of its key (a search would find it again); otherwise the faster row wins."""
+    if old.verify_passed is False:
+        return not new.flagged and new.config != _json_object(old.config_json, "stored config_json")
+    return not new.flagged and new.time_ms < old.time_ms
+
+
 def _upsert(s: Session, row: BestRow) -> bool:
-    key = {k: getattr(row, k) for k in ("kernel", "source_hash", "gpu", "dtype", "bucket")}
     # FOR UPDATE locks an existing row on server databases; SQLite holds the write lock already.
-    old = s.scalars(select(BestConfig).filter_by(**key).with_for_update()).one_or_none()
+    old = s.scalars(select(BestConfig).filter_by(**{k: getattr(row, k) for k in _KEY}).with_for_update()).one_or_none()
     if old is None:
         s.add(BestConfig(**_values(row)))
         return True
-    if row.time_ms >= old.time_ms:
+    if not _replaces(row, old):
         return False
     for name, value in _values(row).items():
         setattr(old, name, value)
@@ -230,7 +270,9 @@ def _sqlite_engine(url: URL, *, readonly: bool, wal: bool) -> Engine:
         dbapi_conn.isolation_level = None
         cursor = dbapi_conn.cursor()
         cursor.execute(f"PRAGMA busy_timeout = {_BUSY_TIMEOUT_MS}")
-        if wal and not readonly:
+        # WAL for a new file only: an existing one keeps its mode, so that writing to an exported or
+        # shipped file (rollback journal: self-contained, readable from a read-only install) keeps it so.
+        if wal and not readonly and cursor.execute("PRAGMA page_count").fetchone()[0] == 0:
             try:
                 cursor.execute("PRAGMA journal_mode = WAL")
             except sqlite3.OperationalError:
@@ -264,24 +306,28 @@ def _open_engine(url: str | URL, *, readonly: bool, wal: bool = True) -> Engine:
 
 
 def _stored_version(s: Session, where: str) -> int | None:
+    """The database's schema version: None for a fresh one; SchemaVersionError unless it is this
+    autotune's or one it can upgrade."""
     if not inspect(s.connection()).has_table(SchemaInfo.__tablename__):
         return None
     versions = set(s.scalars(select(SchemaInfo.version)))
     if len(versions) > 1:
         raise StoreError(f"{where} has several schema versions {sorted(versions)}")
     found = versions.pop() if versions else None
-    if found is not None and found != SCHEMA_VERSION:
+    if found is not None and found != SCHEMA_VERSION and found not in migrations.UPGRADABLE:
         raise SchemaVersionError(where, found)
     return found
 
 
-def _prepare(engine: Engine, where: str, *, readonly: bool) -> None:
-    """Check the schema version; on a writable database also create what is missing."""
+def _prepare(engine: Engine, where: str, *, readonly: bool) -> int:
+    """Check the schema version and return it; a writable database is first brought to this
+    autotune's version: created, or upgraded from an older one."""
     if readonly:
         with Session(engine) as s:
-            if _stored_version(s, where) is None:
+            found = _stored_version(s, where)
+            if found is None:
                 raise StoreError(f"{where} is not an autotune database (no schema version)")
-        return
+        return found
     for attempt in range(_WRITE_RETRIES):
         try:
             with Session(engine.execution_options(**{_IMMEDIATE: True})) as s, s.begin():
@@ -289,12 +335,24 @@ def _prepare(engine: Engine, where: str, *, readonly: bool) -> None:
                 Base.metadata.create_all(s.connection())
                 if found is None:
                     s.add(SchemaInfo(version=SCHEMA_VERSION))
-            return
+                elif found != SCHEMA_VERSION:
+                    migrations.upgrade(s.connection(), found)
+            return SCHEMA_VERSION
         except (IntegrityError, ProgrammingError):
-            # Another process created the tables at the same moment: a server database cannot lock tables
-            # that do not exist yet (SQLite's IMMEDIATE lock can). The retry finds them, version and all.
+            # Another process created the tables (or upgraded them) at the same moment: a server database
+            # cannot lock tables that do not exist yet (SQLite's IMMEDIATE lock can). The retry finds them.
             if attempt == _WRITE_RETRIES - 1:
                 raise
+    raise AssertionError("unreachable")
+
+
+def _readable_fields(engine: Engine, version: int) -> tuple[str, ...]:
+    """The BestRow fields a database of this version has columns for (an older read-only one lacks some)."""
+    if version == SCHEMA_VERSION:
+        return _BEST_FIELDS
+    with engine.connect() as conn:
+        missing = set(migrations.missing_columns(conn, BestConfig.__table__))
+    return tuple(f for f in _BEST_FIELDS if BestConfig.__mapper__.attrs[f].columns[0].name not in missing)
 
 
 class ConfigStore:
@@ -313,7 +371,7 @@ class ConfigStore:
         self._engine = _open_engine(self.url, readonly=readonly)
         self._writer = self._engine.execution_options(**{_IMMEDIATE: True})
         try:
-            _prepare(self._engine, where, readonly=readonly)
+            self._fields = _readable_fields(self._engine, _prepare(self._engine, where, readonly=readonly))
         except DBAPIError as exc:
             self._engine.dispose()
             raise StoreError(f"cannot open {where}: {exc.orig}") from exc
@@ -366,12 +424,31 @@ class ConfigStore:
         """Best rows matching every given filter, ordered by kernel, gpu, dtype, bucket."""
         wanted = {"kernel": kernel, "gpu": gpu, "dtype": dtype, "source_hash": source_hash}
         query = (
-            select(BestConfig)
+            select(*(getattr(BestConfig, f) for f in self._fields))
             .filter_by(**{k: v for k, v in wanted.items() if v is not None})
             .order_by(BestConfig.kernel, BestConfig.gpu, BestConfig.dtype, BestConfig.bucket, BestConfig.source_hash)
         )
         with Session(self._engine) as s:
-            return [_best_row(m) for m in s.scalars(query)]
+            return [BestRow(**r._asdict()) for r in s.execute(query)]
+
+    def record_verification(
+        self,
+        row: BestRow,
+        *,
+        passed: bool,
+        seed: int,
+        examples: int,
+        failure_json: str | None = None,
+        at: datetime | None = None,
+    ) -> bool:
+        """Keep the outcome of re-verifying row's config on the stored row, if it still holds that config;
+        True if it did. A failed row is flagged: the runtime no longer serves it."""
+        at = at or _now()
+        _check_verification(at, seed, examples, passed, failure_json)
+        stored = update(BestConfig).filter_by(**{k: getattr(row, k) for k in _KEY}, config_json=row.config_json)
+        values = dict(verified_at=at, verify_seed=seed, verify_examples=examples, verify_passed=passed,
+                      verify_failure_json=failure_json)
+        return self._write(lambda s: s.execute(stored.values(**values)).rowcount == 1)
 
     def record_trials(self, rows: Sequence[TrialRow]) -> None:
         """Append trials, all or none."""

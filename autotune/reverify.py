@@ -1,0 +1,121 @@
+"""Re-verification of stored best configs: each row of one GPU checked again on a fresh seed, with more
+Hypothesis problems than its search drew and its bucket's edge cases; the outcome is kept on the row,
+and a row that fails is flagged, so the runtime no longer serves it."""
+
+from __future__ import annotations
+
+import json
+import secrets
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from autotune import gpu, registry, runtime
+from autotune.db import BestRow, ConfigStore
+from autotune.spec import KernelSpec, dtype_from_name
+from autotune.verify import verify
+
+DEFAULT_EXAMPLES = 200
+"""Hypothesis problems per row by default; never fewer than one more than the row's search verified."""
+
+
+@dataclass(frozen=True)
+class RowVerdict:
+    """What re-verifying one stored row found."""
+
+    kernel: str
+    dtype: str
+    bucket: str
+    config_json: str
+    result: str  # "pass", "FAIL", or "skipped" (not verified: `detail` says why)
+    examples: int = 0  # problems the config was checked on
+    detail: str = ""  # the minimal failing problem and why it fails, or why the row was skipped
+    recorded: bool = False  # the outcome is kept on the row (False where the row changed meanwhile)
+
+
+@dataclass(frozen=True)
+class Reverification:
+    """The rows of one GPU re-verified on one seed."""
+
+    gpu: str
+    seed: int
+    examples: int
+    rows: list[RowVerdict]
+
+    @property
+    def failed(self) -> list[RowVerdict]:
+        return [r for r in self.rows if r.result == "FAIL"]
+
+
+def gpu_to_verify(gpu_name: str | None) -> gpu.GPUInfo:
+    """This machine's GPU, which `gpu_name` (None: any) must name: verification runs the kernels here."""
+    return gpu.require_gpu(gpu_name, "verification runs the kernels here: run it on that GPU")
+
+
+def reverify_rows(
+    store: ConfigStore,
+    *,
+    gpu_name: str | None = None,
+    kernels: Sequence[KernelSpec] = (),
+    examples: int | None = None,
+    seed: int | None = None,
+    on_row: Callable[[RowVerdict, int, int], None] | None = None,
+) -> Reverification:
+    """Re-verify the best rows of `gpu_name` in store (of `kernels` only, if given) and record each outcome
+    as soon as it is known, in its own transaction: an interrupted run keeps what it finished.
+
+    Args:
+        gpu_name: must be this machine's GPU (None: whichever it is), since the kernels run here.
+        examples: Hypothesis problems per row (None: DEFAULT_EXAMPLES), raised to one more than the row's
+            search verified.
+        seed: None draws a fresh one; the seed used is returned and kept on every row.
+        on_row: called with each verdict, the number of rows done and the number in all.
+    """
+    here = gpu_to_verify(gpu_name)
+    examples = DEFAULT_EXAMPLES if examples is None else examples
+    if isinstance(examples, bool) or not isinstance(examples, int) or examples < 1:
+        raise ValueError(f"examples must be a positive int, got {examples!r}")
+    seed = secrets.randbelow(2**31) if seed is None else seed
+    given = {spec.name: spec for spec in kernels}
+    rows = [r for r in store.best_rows(gpu=here.name) if not given or r.kernel in given]
+    verdicts: list[RowVerdict] = []
+    for row in rows:
+        verdicts.append(_reverify_row(store, row, given.get(row.kernel), examples, seed))
+        if on_row is not None:
+            on_row(verdicts[-1], len(verdicts), len(rows))
+    if any(v.result == "FAIL" and v.recorded for v in verdicts):
+        runtime.clear_cache()  # this process stops serving the flagged rows too
+    return Reverification(here.name, seed, examples, verdicts)
+
+
+def _reverify_row(store: ConfigStore, row: BestRow, spec: KernelSpec | None, examples: int, seed: int) -> RowVerdict:
+    def skipped(why: str) -> RowVerdict:
+        return RowVerdict(row.kernel, row.dtype, row.bucket, row.config_json, "skipped", detail=why)
+
+    if spec is None:
+        try:
+            spec = registry.get(row.kernel)
+        except registry.UnknownKernel:
+            return skipped(f"unknown kernel {row.kernel!r} (pass --kernel module:attr)")
+    if row.source_hash != spec.source_hash:
+        return skipped(f"tuned for another source of {spec.name} ({row.source_hash}): the runtime ignores it")
+    try:
+        config = spec.space.validate(row.config)
+    except ValueError as exc:  # InvalidConfig, or JSON that is no object
+        return skipped(f"config not in {spec.name}'s space (the runtime ignores it): {exc}")
+    problem = row.problem
+    edges = spec.edges_for(problem) if problem else []  # the problem it was timed on, and its bucket's edges
+    result = verify(spec, config, dtype_from_name(row.dtype), examples=max(examples, row.examples_verified + 1),
+                    seed=seed, extra_problems=edges, extra_first=False)
+    failure_json, detail = None, ""
+    if not result.passed:
+        f = result.failure
+        failure = {"problem": f.problem, "kind": f.kind, "reason": f.reason} if f else {
+            "problem": None, "kind": "untested", "reason": "the config applies to none of the problems drawn"}
+        failure_json = json.dumps(failure, sort_keys=True)
+        detail = f.describe() if f else failure["reason"]
+    recorded = store.record_verification(row, passed=result.passed, seed=seed, examples=result.examples,
+                                         failure_json=failure_json)
+    if not recorded:
+        detail = (detail + "; " if detail else "") + "not recorded: the row changed during verification"
+    return RowVerdict(row.kernel, row.dtype, row.bucket, row.config_json, "pass" if result.passed else "FAIL",
+                      result.examples, detail, recorded)
