@@ -85,6 +85,17 @@ def normalize_gpu_name(name: str) -> str:
     return name.strip()
 
 
+def check_requested(requested: str, info: GPUInfo, *, measurer: str) -> GPUInfo:
+    """info, if it is the GPU `requested` names ('auto' takes any); GPUMismatchError if not. A measurement
+    is of the GPU it runs on: `measurer` ("a search", "a benchmark") says which one the message is about."""
+    if requested.lower() != "auto" and normalize_gpu_name(requested) != info.name:
+        raise GPUMismatchError(
+            f"--gpu {requested} asked for, but this machine's device is {info.name} ({info.device_name}); "
+            f"{measurer} measures the GPU it runs on: run it there, or pass --gpu auto"
+        )
+    return info
+
+
 def interpreter_active() -> bool:
     """True when Triton kernels run under the Triton interpreter (no GPU)."""
     return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")

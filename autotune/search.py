@@ -82,12 +82,7 @@ def check_gpu(requested: str, *, isolated: bool = False) -> gpu.GPUInfo:
     from autotune import isolation
 
     info = isolation.worker_gpu() if isolated else gpu.current_gpu()
-    if requested.lower() != "auto" and gpu.normalize_gpu_name(requested) != info.name:
-        raise gpu.GPUMismatchError(
-            f"--gpu {requested} asked for, but this machine's device is {info.name} ({info.device_name}); "
-            "a search measures the GPU it runs on: run it there, or pass --gpu auto"
-        )
-    return info
+    return gpu.check_requested(requested, info, measurer="a search")
 
 
 def check_request(
