@@ -37,7 +37,8 @@ def plot(report: dict, path: str | pathlib.Path) -> pathlib.Path:
     kernels = list(dict.fromkeys(r["kernel"] for r in rows))
     ncols = min(3, len(kernels))
     nrows = math.ceil(len(kernels) / ncols)
-    fig = Figure(figsize=(5.5 * ncols, 4.2 * nrows), layout="constrained")
+    most = max(sum(r["kernel"] == k for r in rows) for k in kernels)  # shapes of the busiest subplot
+    fig = Figure(figsize=(max(5.5, 0.45 * most) * ncols, 4.2 * nrows), layout="constrained")
     axes = list(fig.subplots(nrows, ncols, squeeze=False).flat)
     for ax, kernel in zip(axes, kernels):
         _draw(ax, kernel, [r for r in rows if r["kernel"] == kernel])
