@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import statistics
 import time
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -36,6 +37,23 @@ def time_ms(fn: Callable[[], object], *, warmup_ms: float = 25, rep_ms: float = 
         fn()
         times.append((time.perf_counter() - start) * 1000)
     return statistics.median(times)
+
+
+def graph_ms(fn: Callable[[], object], *, rep_ms: float = 200) -> float | None:
+    """Median milliseconds of fn replayed from a CUDA graph (the L2 still cleared before each replay): the GPU
+    time without the host's, which time_ms counts wherever a call's host path outlasts the clearing.
+    None without a GPU, or (with a warning saying why) where fn cannot be captured."""
+    if gpu.device().type != "cuda":
+        return None
+    try:
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            fn()
+        return time_ms(graph.replay, warmup_ms=25, rep_ms=rep_ms)
+    except Exception as exc:  # a call that cannot be captured gets no graph time, and says why
+        reason = str(exc).splitlines()[0] if str(exc) else ""
+        warnings.warn(f"no CUDA graph time: {type(exc).__name__}: {reason}", RuntimeWarning, stacklevel=2)
+        return None
 
 
 def _estimate_ms(fn: Callable[[], object], calls: int = 5) -> float:

@@ -27,9 +27,9 @@ def _spec(name: str) -> autotune.KernelSpec:
         raise click.UsageError(str(exc)) from None
 
 
-def _dtypes(names: Sequence[str], spec: autotune.KernelSpec):
+def _dtypes(names: Sequence[str], spec: autotune.KernelSpec | None):
     if not names:
-        return list(spec.dtypes)
+        return list(spec.dtypes) if spec else []
     try:
         return [dtype_from_name(n) for n in names]
     except ValueError as exc:
@@ -272,6 +272,65 @@ def _search_row(spec: autotune.KernelSpec, r) -> dict:
         "trials": " ".join(f"{k}:{v}" for k, v in sorted(counts.items())),
         "stored": r.stored,
     }
+
+
+@main.command("bench")
+@click.argument("kernels", nargs=-1)
+@click.option("--all", "all_kernels", is_flag=True, help="Every shipped kernel, backward kernels included.")
+@click.option("--against", default="torch,compile,default", show_default=True,
+              help="Comma-separated: default (config), torch (eager), compile (torch.compile of it), vendor (library call).")
+@click.option("--gpu", "gpu_name", default="auto", show_default=True,
+              help="GPU whose tuned rows to measure; must be this machine's.")
+@click.option("--dtype", "dtypes", multiple=True,
+              help="Repeatable; default: all each kernel supports (fp32 alone under the interpreter).")
+@click.option("--shape", "shapes", multiple=True,
+              help="SPEC for the one kernel named, else KERNEL=SPEC (repeatable; default: presets, small ones without a GPU).")
+@click.option("--plot", "plot_path", type=click.Path(dir_okay=False), help="Also draw % of roofline per shape into this PNG.")
+@click.option("--format", "fmt", type=FORMATS, default="table", show_default=True)
+@click.option("--out", "prefix", help="Also write PREFIX.md (the table) and PREFIX.json (every measurement).")
+def bench(kernels, all_kernels, against, gpu_name, dtypes, shapes, plot_path, fmt, prefix) -> None:
+    """Time KERNEL's tuned config against its default config, PyTorch eager and torch.compile, side by side."""
+    from autotune import plot, report
+
+    if all_kernels == bool(kernels):
+        raise click.UsageError("name the kernels to measure, or pass --all (not both)")
+    for name in kernels:
+        _spec(name)  # an unknown name is one clear line
+    names = registry.shipped() if all_kernels else list(dict.fromkeys(kernels))
+    try:
+        impls = ["tuned", *report.parse_against(against)]
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--against") from None
+    try:
+        gpu.require_gpu(gpu_name, "a benchmark measures the GPU it runs on: run it there, or pass --gpu auto")
+        by_kernel = report.shapes_by_kernel(shapes, names)
+        todo = report.plan(names, _dtypes(dtypes, None), by_kernel, skip_unsupported=all_kernels)
+        if plot_path:
+            plot.require_matplotlib()
+    except (gpu.GPUMismatchError, plot.PlotUnavailable) as exc:
+        raise click.ClickException(str(exc)) from None
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from None
+    gpu.warn_if_interpreter_timings()
+
+    def progress(i: int, case) -> None:
+        click.echo(f"[{i + 1}/{len(todo.cases)}] {case.spec.name} {DTYPE_NAMES[case.dtype]} {shape_label(case.problem)}", err=True)
+
+    result = report.measure(todo, impls, on_case=progress)
+    result["rows"] = report.rows(result)
+    text = report.text(result)
+    if fmt == "table":
+        click.echo(text)
+    elif fmt == "json":
+        click.echo(json.dumps(result, indent=1, default=str))
+    else:
+        _emit(result["rows"], fmt)
+    if prefix:
+        click.echo(f"wrote {report.save(prefix, result, text)} and .md", err=True)
+    if plot_path:
+        click.echo(f"wrote {plot.plot(result, plot_path)}", err=True)
+    if report.errors(result):
+        raise click.ClickException(f"{len(report.errors(result))} measurement(s) failed (see the notes)")
 
 
 @main.command()

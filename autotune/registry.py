@@ -44,6 +44,11 @@ def names() -> list[str]:
     return sorted(set(_SHIPPED) | set(_REGISTERED))
 
 
+def shipped() -> list[str]:
+    """Names of the kernels shipped in the package (each backward kernel by its own name)."""
+    return sorted(_SHIPPED)
+
+
 def get(name: str) -> KernelSpec:
     """The spec for a registered name, a shipped name, or a `module:attr` path to a KernelSpec."""
     if name in _REGISTERED:

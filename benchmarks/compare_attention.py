@@ -14,19 +14,15 @@ from __future__ import annotations
 
 import autotune  # first: picks the Triton interpreter when there is no GPU, before Triton is imported
 import argparse
-import datetime
-import platform
 
 import torch
 import torch.nn.functional as F
-import triton
 from tabulate import tabulate
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from autotune import bench, gpu, runtime
+from autotune import bench, gpu, report, runtime
 from autotune.kernels import flash_attn
 from autotune.spec import DTYPE_NAMES, dtype_from_name, shape_label
-from compare import write  # benchmarks/, the script's own folder
 
 BACKENDS = {"sdpa-flash": SDPBackend.FLASH_ATTENTION, "sdpa-cudnn": SDPBackend.CUDNN_ATTENTION,
             "sdpa-efficient": SDPBackend.EFFICIENT_ATTENTION}
@@ -69,7 +65,6 @@ def _timed(fn, q, k, v, do, backward: bool) -> float:
 
 
 def run(problems: list[dict], dtypes: list[torch.dtype]) -> dict:
-    info = gpu.current_gpu()
     records = []
     for dtype in dtypes:
         for problem in problems:
@@ -102,18 +97,13 @@ def run(problems: list[dict], dtypes: list[torch.dtype]) -> dict:
                     choice = runtime.tuned(autotune.get(table)).choice(dtype, bucket)
                     if choice is not None:
                         records[-len(impls)]["config_" + name] = {"config": choice.config, "source": choice.source}
-    return {
-        "gpu": info.name, "device_name": info.device_name, "torch": torch.__version__, "triton": triton.__version__,
-        "autotune": autotune.__version__, "python": platform.python_version(),
-        "cudnn": torch.backends.cudnn.version() if torch.cuda.is_available() else None,
-        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "interpreter": info.is_interpreter, "records": records,
-    }
+    cudnn = torch.backends.cudnn.version() if torch.cuda.is_available() else None
+    return {**report.environment(), "cudnn": cudnn, "records": records}
 
 
-def _rows(report: dict) -> list[dict]:
+def _rows(result: dict) -> list[dict]:
     rows: dict[tuple, dict] = {}
-    for r in report["records"]:
+    for r in result["records"]:
         key = (r["dtype"], r["shape"], r["pass"])
         row = rows.setdefault(key, {"dtype": r["dtype"], "shape": r["shape"], "pass": r["pass"],
                                     "head_dim": r["problem"]["head_dim"]})
@@ -127,10 +117,10 @@ def _rows(report: dict) -> list[dict]:
     return list(rows.values())
 
 
-def goals(report: dict) -> list[dict]:
+def goals(result: dict) -> list[dict]:
     """Each goal on each bf16 head-dim-128 shape: met, missed, or not measurable (backend unsupported)."""
     out = []
-    for row in _rows(report):
+    for row in _rows(result):
         if row["dtype"] != "bf16" or row["head_dim"] != 128:
             continue
         for kind, backend, target in GOALS:
@@ -142,15 +132,15 @@ def goals(report: dict) -> list[dict]:
     return out
 
 
-def table(report: dict) -> str:
-    head = (f"GPU: {report['gpu']} ({report['device_name']}); torch {report['torch']}; triton {report['triton']}; "
-            f"cuDNN {report['cudnn']}; date {report['date']}\n\n")
-    body = tabulate(_rows(report), headers="keys", floatfmt=".4g", tablefmt="github")
-    checked = goals(report)
+def table(result: dict) -> str:
+    head = (f"GPU: {result['gpu']} ({result['device_name']}); torch {result['torch']}; triton {result['triton']}; "
+            f"cuDNN {result['cudnn']}; date {result['date']}\n\n")
+    body = tabulate(_rows(result), headers="keys", floatfmt=".4g", tablefmt="github")
+    checked = goals(result)
     met = sum(1 for g in checked if g["met"])
     summary = f"\n\nGoals (bf16, head dim 128): {met} of {len(checked)} met\n\n"
     summary += tabulate(checked, headers="keys", floatfmt=".3g", tablefmt="github") if checked else "no bf16 d=128 rows"
-    unsupported = sorted({(r["impl"], r["unsupported"]) for r in report["records"] if r.get("unsupported")})
+    unsupported = sorted({(r["impl"], r["unsupported"]) for r in result["records"] if r.get("unsupported")})
     notes = "".join(f"\n- {impl}: {why}" for impl, why in unsupported)
     return head + body + summary + ("\n\nUnsupported:" + notes if notes else "") + "\n"
 
@@ -165,8 +155,10 @@ def main() -> None:
         parser.error("needs a CUDA GPU: the sdpa backends compared against run on CUDA only")
     spec = autotune.get("flash_attn")
     problems = [spec.parse_shape(s) for s in args.shape] or list(spec.presets)
-    report = run(problems, [dtype_from_name(d) for d in (args.dtype or ["bf16", "fp16"])])
-    write(args.out, report, table(report))
+    result = run(problems, [dtype_from_name(d) for d in (args.dtype or ["bf16", "fp16"])])
+    text = table(result)
+    report.save(args.out, result, text)
+    print(text)
 
 
 if __name__ == "__main__":

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The GPU work of one device session, in stages: bash benchmarks/gpu_session.sh STAGE...
 # Stages: check | search-add | search-softmax | search-fix | search-norms | reverify | gpu-tests | compare | compare-norms
-#         | hot-path | quality | multi-gpu | faults
+#         | bench | bench-attention | hot-path | quality | multi-gpu | faults
+# bench, bench-attention: `autotune bench` (tuned vs default vs eager vs torch.compile, table + PNG) of every
+# shipped kernel in BENCH_DTYPES (default bf16) on its presets, the attention pair apart (each under ~10 minutes).
 # The config database is $AUTOTUNE_DB (default $OUT/tuned.sqlite); logs go to $OUT.
 set -uo pipefail
 export PYTHONUNBUFFERED=1
@@ -41,6 +43,12 @@ for stage in "$@"; do
       python3 benchmarks/compare.py $kernels ${COMPARE_DTYPES:---dtype bf16} --out "$OUT/compare-norms-$GPU-$stamp" ;;
     compare)
       python3 benchmarks/compare.py --kernel vector_add --kernel softmax --out "$OUT/compare-$GPU-$stamp" ;;
+    bench|bench-attention)
+      kernels="vector_add softmax $NORM_KERNELS matmul linear mlp"; name=bench
+      [ "$stage" = bench-attention ] && kernels="flash_attn flash_attn_backward" && name=bench-attention
+      dtypes=""; for d in ${BENCH_DTYPES:-bf16}; do dtypes="$dtypes --dtype $d"; done
+      # shellcheck disable=SC2086
+      at bench $kernels --gpu "$GPU" $dtypes --plot "$OUT/$name-$GPU-$stamp.png" --out "$OUT/$name-$GPU-$stamp" ;;
     hot-path)
       python3 benchmarks/hot_path.py --out "$OUT/hot-path-$GPU-$stamp" ;;
     reverify)

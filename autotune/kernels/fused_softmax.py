@@ -220,6 +220,7 @@ SPEC = KernelSpec(
     bucket=bucket,
     cost=cost,
     presets=[parse_shape(f"4096x{n}") for n in (1024, 4096, 8192, 16384, 32768)] + [parse_shape("1024x131072")],
+    interpreter_presets=[parse_shape("8x300")],
     parse_shape=parse_shape,
     sources=(_softmax_single_kernel, _softmax_online_kernel),
     description="softmax along one dim (torch.softmax)",

@@ -1,0 +1,139 @@
+"""`autotune bench`: the tuned config (as the runtime picks it) timed side by side with the default config
+and PyTorch on the same inputs, as a table, JSON, files and a PNG; bad requests refused before measuring."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+import torch
+from click.testing import CliRunner
+
+import autotune
+from autotune import registry, report, runtime
+from autotune.cli import main
+from autotune.kernels import vector_add
+from stored_rows import store_best
+
+STORED = {"BLOCK_SIZE": 256, "num_warps": 2, "num_stages": 1}
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+
+
+def bench(*args: str):
+    return CliRunner().invoke(main, ["bench", *args])
+
+
+def table_rows(text: str) -> list[dict]:
+    """The rows of the GitHub table in text, as dicts of the printed cells."""
+    lines = [line for line in text.splitlines() if line.startswith("|")]
+    header = [cell.strip() for cell in lines[0].strip("|").split("|")]
+    return [dict(zip(header, (cell.strip() for cell in line.strip("|").split("|")))) for line in lines[2:]]
+
+
+def test_the_table_has_a_row_per_shape_and_ratios_of_the_printed_times(user_db):
+    result = bench("vector_add", "--against", "torch,default", "--shape", "3000", "--shape", "70000")
+    assert result.exit_code == 0, result.output
+    assert "[1/2] vector_add fp32 3000" in result.output and "[2/2] vector_add fp32 70000" in result.output  # progress
+    assert "timings: wall-clock medians under the Triton interpreter on the CPU: not GPU timings" in result.stdout
+    rows = table_rows(result.stdout)
+    assert [r["shape"] for r in rows] == ["3000", "70000"] and {r["dtype"] for r in rows} == {"fp32"}
+    assert list(rows[0]) == ["kernel", "dtype", "shape", "bucket", "config from", "unit", "tuned ms", "tuned rate",
+                             "default ms", "default rate", "torch ms", "torch rate", "vs default", "vs torch"]
+    for row, n in zip(rows, (3000, 70000)):
+        tuned, default, eager = (float(row[f"{impl} ms"]) for impl in ("tuned", "default", "torch"))
+        assert min(tuned, default, eager) > 0
+        assert float(row["vs default"]) == pytest.approx(default / tuned, rel=2e-3)
+        assert float(row["vs torch"]) == pytest.approx(eager / tuned, rel=2e-3)
+        moved = 3 * n * 4  # x and y read, the sum written, in float32
+        assert row["unit"] == "GB/s" and float(row["tuned rate"]) == pytest.approx(moved / tuned / 1e6, rel=2e-3)
+        assert row["config from"] == "default"  # the user database is empty, and no CPU rows ship
+
+
+def test_tuned_is_the_config_the_runtime_launches_exact_or_nearest_and_json_parses(user_db):
+    store_best(user_db, vector_add.SPEC, "n=4096", STORED)
+    with runtime.record_launches() as launches:
+        result = bench("vector_add", "--against", "default", "--shape", "3000", "--shape", "70000", "--format", "json")
+    assert result.exit_code == 0, result.output
+    out = json.loads(result.stdout)
+    assert out["gpu"] == "cpu-interpreter" and out["interpreter"] is True
+    assert [r["config from"] for r in out["rows"]] == ["exact", "nearest (n=4096)"]
+    tuned = [r for r in out["records"] if r["impl"] == "tuned"]
+    default = [r for r in out["records"] if r["impl"] == "default"]
+    assert [r["config"] for r in tuned] == [STORED, STORED] and [r["config"] for r in default] == [vector_add.SPACE.default] * 2
+    # Every call timed as "tuned" went through the public function and launched the stored config.
+    assert launches and all(kernel == "vector_add" and config == STORED for kernel, config in launches)
+    for row in out["rows"]:
+        assert row["vs default"] == pytest.approx(row["default ms"] / row["tuned ms"])
+
+
+def test_plot_and_out_write_a_png_a_table_and_every_measurement(user_db, tmp_path):
+    from matplotlib.image import imread
+
+    png, prefix = tmp_path / "plots" / "bench.png", tmp_path / "results" / "bench-cpu"
+    result = bench("vector_add", "--against", "torch,default", "--shape", "5000", "--plot", str(png), "--out", str(prefix))
+    assert result.exit_code == 0, result.output
+    assert png.read_bytes()[:8] == PNG_SIGNATURE
+    pixels = imread(png)
+    assert pixels.ndim == 3 and pixels.shape[0] > 100 and pixels.shape[1] > 100 and pixels.std() > 0  # not blank
+    saved = json.loads(prefix.with_name("bench-cpu.json").read_text())
+    assert {r["impl"] for r in saved["records"]} == {"tuned", "default", "torch"}
+    assert all(r["median_ms"] > 0 for r in saved["records"])
+    assert table_rows(prefix.with_name("bench-cpu.md").read_text()) == table_rows(result.stdout)
+
+
+@pytest.mark.parametrize("args, message", [
+    (["vector_add", "--against", "torch,eager"], "--against 'torch,eager': expected a comma-separated list of"),
+    (["vector_add", "--gpu", "H100"], "a benchmark measures the GPU it runs on"),
+    (["vector_add", "--dtype", "int8"], "dtype 'int8'"),
+    (["vector_add", "--shape", "12xfoo"], "expected sizes separated by 'x'"),
+    (["vector_add", "softmax", "--shape", "4096"], "say whose shape it is: KERNEL=SPEC"),
+    (["vector_add", "--shape", "softmax=8x8"], "kernel 'softmax' is not among those measured"),
+    (["no_such_kernel"], "unknown kernel 'no_such_kernel'"),
+    ([], "name the kernels to measure, or pass --all"),
+    (["vector_add", "--all"], "name the kernels to measure, or pass --all"),
+])
+def test_bad_requests_are_one_clear_line_before_anything_is_measured(args, message):
+    result = bench(*args)
+    assert result.exit_code != 0 and message in result.output, result.output
+    assert "Traceback" not in result.output and "[1/" not in result.output  # no case was started
+
+
+def test_plot_without_matplotlib_says_how_to_install_it_before_measuring(tmp_path):
+    # A fresh interpreter where importing matplotlib fails, as where it is not installed.
+    code = ("import sys; sys.modules['matplotlib'] = None; from autotune.cli import main; "
+            f"main(['bench', 'vector_add', '--against', 'default', '--plot', {str(tmp_path / 'x.png')!r}])")
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 1 and "pip install 'autotune[plot]'" in run.stderr, run.stderr
+    assert "[1/" not in run.stderr and not (tmp_path / "x.png").exists()
+
+
+def test_all_means_every_shipped_kernel_backward_included_on_small_shapes_here():
+    names = registry.shipped()
+    assert {"layer_norm_backward", "rms_norm_backward", "group_norm_backward", "flash_attn_backward"} <= set(names)
+    todo = report.plan(names, skip_unsupported=True)
+    assert {case.spec.name for case in todo.cases} == set(names) and not todo.skipped
+    assert {case.dtype for case in todo.cases} == {torch.float32}  # under the interpreter
+    for case in todo.cases:
+        assert case.problem in [case.spec.problem_for(p, case.dtype) for p in case.spec.interpreter_presets]
+        assert case.spec.cost(case.problem, case.dtype).bytes < 2**21  # small: the interpreter is slow
+    assert autotune.get("softmax").interpreter_presets  # every shipped kernel has a small shape of its own
+
+
+def test_against_keeps_a_fixed_order_and_refuses_unknown_names():
+    assert report.parse_against("compile, torch,default,torch") == ["default", "torch", "compile"]
+    for text in ("", "cuda", "torch,,eagerly"):
+        with pytest.raises(ValueError, match="--against"):
+            report.parse_against(text)
+
+
+@pytest.mark.gpu
+def test_on_a_gpu_rates_are_a_share_of_its_datasheet_peak(user_db):
+    result = bench("vector_add", "softmax", "--against", "torch,compile,default", "--dtype", "bf16",
+                   "--shape", "vector_add=16777216", "--shape", "softmax=4096x4096", "--format", "json")
+    assert result.exit_code == 0, result.output
+    out = json.loads(result.stdout)
+    assert out["interpreter"] is False and out["peak_bandwidth_gbs"]
+    for r in out["records"]:
+        assert 0 < r["pct_peak"] <= 100 and r["pct_peak"] == pytest.approx(100 * r["gbs"] / out["peak_bandwidth_gbs"])
+    assert [row["kernel"] for row in out["rows"]] == ["vector_add", "softmax"]
+    assert all(row["vs compile"] == pytest.approx(row["compile ms"] / row["tuned ms"]) for row in out["rows"])
