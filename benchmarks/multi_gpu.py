@@ -2,8 +2,9 @@
 
     python benchmarks/multi_gpu.py --kernel softmax --dtype bf16 --shape 4096x4096 --trials 60 --out benchmarks/results/NAME
 
-Each run starts from an empty Optuna storage and an empty config database, so no run warm-starts from
-another's. "search" is `autotune search` without workers (one process, compile-ahead pool); "gpus=N" is
+Each run starts from an empty Optuna storage, an empty config database and an empty Triton kernel cache
+(TRITON_CACHE_DIR, which the worker processes inherit), so no run warm-starts from another's searches or
+compiles. (The 2026-11-23 H200 figures were taken before the cache was emptied per run: see NOTES.md.) "search" is `autotune search` without workers (one process, compile-ahead pool); "gpus=N" is
 `autotune search --gpus 0,..,N-1` (one worker process per GPU on a shared journal-file study).
 Writes NAME.json and NAME.md.
 """
@@ -14,6 +15,7 @@ import autotune  # first: picks the Triton interpreter when there is no GPU, bef
 import argparse
 import datetime
 import json
+import os
 import pathlib
 import tempfile
 import time
@@ -32,6 +34,7 @@ from autotune.spec import dtype_from_name
 
 def run(label: str, spec, jobs, args) -> dict:
     with tempfile.TemporaryDirectory() as tmp, ConfigStore(f"{tmp}/db.sqlite") as store:
+        os.environ["TRITON_CACHE_DIR"] = f"{tmp}/triton-cache"  # compiled by this run alone
         started = time.perf_counter()
         if label == "search":
             results = [
