@@ -397,10 +397,10 @@ def db_export(gpu_name: str, output: str, kernel: str | None, db_url: str | None
 def db_verify(gpu_name: str | None, db_url: str | None, kernels: tuple[str, ...], examples: int | None, seed: int | None,
               fmt: str) -> None:
     """Re-verify every best row of this GPU on a fresh seed and record the outcomes; a row that fails is
-    flagged and no longer served. Exit 1 if any row fails."""
+    flagged and no longer served. Exit 1 if any row fails or its verification raises."""
     from tqdm import tqdm
 
-    from autotune.reverify import gpu_to_verify, reverify_rows
+    from autotune.reverify import fresh_seed, gpu_to_verify, reverify_rows
 
     specs = [_spec(k) for k in kernels]
     try:
@@ -409,6 +409,8 @@ def db_verify(gpu_name: str | None, db_url: str | None, kernels: tuple[str, ...]
         raise click.ClickException(str(exc)) from None
     if db_url and "://" not in db_url and not os.path.isfile(db_url):
         raise click.ClickException(f"no database at {db_url}")
+    seed = fresh_seed() if seed is None else seed
+    click.echo(f"db verify: seed {seed}", err=True)  # first, so a run that dies can be repeated
     with _store(db_url) as store, tqdm(desc="db verify", unit="row", file=sys.stderr, leave=False) as bar:
 
         def progress(verdict, done: int, total: int) -> None:
@@ -417,15 +419,16 @@ def db_verify(gpu_name: str | None, db_url: str | None, kernels: tuple[str, ...]
             bar.set_postfix_str(f"{verdict.kernel} {verdict.dtype} {verdict.bucket}: {verdict.result}")
 
         report = reverify_rows(store, gpu_name=gpu_name, kernels=specs, examples=examples, seed=seed, on_row=progress)
-    counts = {r: sum(v.result == r for v in report.rows) for r in ("pass", "FAIL", "skipped")}
+    counts = {r: sum(v.result == r for v in report.rows) for r in ("pass", "FAIL", "error", "skipped")}
     click.echo(f"{report.gpu}: {len(report.rows)} row(s) on seed {report.seed}, at least {report.examples} Hypothesis "
                f"problems each plus the bucket's edges: {counts['pass']} pass, {counts['FAIL']} FAIL (flagged, no longer "
-               f"served), {counts['skipped']} skipped", err=True)
+               f"served), {counts['error']} error (verification raised; not recorded), {counts['skipped']} skipped",
+               err=True)
     rows = [{"kernel": v.kernel, "dtype": v.dtype, "bucket": v.bucket, "examples": v.examples, "result": v.result,
              "minimal failing problem / why skipped": v.detail, **({"config": v.config_json} if fmt != "table" else {})}
             for v in report.rows]
     _emit(rows, fmt)
-    if report.failed:
+    if report.failed or report.errored:
         sys.exit(1)
 
 

@@ -143,6 +143,41 @@ def compare(out: torch.Tensor, ref: torch.Tensor, base: torch.Tensor, dtype: tor
     return err, budget, None
 
 
+class InvalidOutputs(TypeError):
+    """A spec's baseline or reference returned something other than the outputs a kernel writes: a bug of
+    the spec (or of torch under it), not of the config being checked."""
+
+
+def _output_shapes(outputs: object) -> list[tuple[int, ...]] | None:
+    """The shapes of a tensor or of a non-empty tuple (or list) of tensors; None for anything else."""
+    if isinstance(outputs, torch.Tensor):
+        return [tuple(outputs.shape)]
+    if isinstance(outputs, (tuple, list)) and outputs and all(isinstance(t, torch.Tensor) for t in outputs):
+        return [tuple(t.shape) for t in outputs]
+    return None
+
+
+def _describe_outputs(outputs: object) -> str:
+    if isinstance(outputs, (tuple, list)):
+        return f"a {type(outputs).__name__} of ({', '.join(type(o).__name__ for o in outputs)})"
+    return f"a {type(outputs).__name__}"
+
+
+def check_references(spec: KernelSpec, problem: Problem, base: object, ref: object) -> None:
+    """Raise InvalidOutputs unless `base` (spec.baseline's) and `ref` (spec.reference's) are each a tensor
+    or a tuple of tensors, alike in count and shapes: what the gate poisons, compares and budgets by."""
+    where = json.dumps(problem, sort_keys=True)
+    shapes = {}
+    for role, outputs in (("baseline", base), ("reference", ref)):
+        shapes[role] = _output_shapes(outputs)
+        if shapes[role] is None:
+            raise InvalidOutputs(f"{spec.name}'s {role} returned {_describe_outputs(outputs)} on {where}: expected "
+                                 "a tensor or a tuple of tensors")
+    if shapes["baseline"] != shapes["reference"]:
+        raise InvalidOutputs(f"{spec.name}'s baseline and reference disagree on {where}: output shapes "
+                             f"{shapes['baseline']} and {shapes['reference']}")
+
+
 class ReferenceCache:
     """Inputs, PyTorch and float64 results (and error floors) per problem, shared by the configs checked on them."""
 
@@ -156,7 +191,9 @@ class ReferenceCache:
         if item is None:
             inputs = spec.make_inputs(problem, dtype, gpu.device(), seed)
             floor = spec.error_floor(inputs) if spec.error_floor else None
-            item = (inputs, spec.baseline(inputs), spec.reference(inputs), floor)
+            base, ref = spec.baseline(inputs), spec.reference(inputs)
+            check_references(spec, problem, base, ref)
+            item = (inputs, base, ref, floor)
             if len(self._items) >= self.capacity:
                 self._items.pop(next(iter(self._items)))
             self._items[key] = item
@@ -189,7 +226,7 @@ def check_problem(
         if device.type == "cuda":
             torch.cuda.synchronize(device)
     except Exception as exc:  # a candidate may fail in any way; the trial records how
-        return Failure(problem, "error", f"{type(exc).__name__}: {_first_line(exc)}")
+        return Failure(problem, "error", exception_summary(exc))
     err, budget, reason = compare_outputs(out, ref, base, cache.floor(spec, problem, dtype, seed))
     if reason:
         return Failure(problem, "incorrect", reason, err, budget)
@@ -257,6 +294,11 @@ def verify(
     if failure is None:  # flaky: failed during the search, passes on replay (a race or reading unset memory)
         failure = Failure(minimal, "incorrect", "failed once, passed on replay: nondeterministic result")
     return VerifyResult(spec.name, dtype_name, config, len(checked), failure, skipped=skipped, problems=checked)
+
+
+def exception_summary(exc: BaseException) -> str:
+    """'TypeName: first line of the message', as a failure records an exception."""
+    return f"{type(exc).__name__}: {_first_line(exc)}"
 
 
 def _first_line(exc: BaseException) -> str:
