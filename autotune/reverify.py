@@ -18,7 +18,8 @@ from autotune.spec import KernelSpec, dtype_from_name
 from autotune.verify import exception_summary, verify
 
 DEFAULT_EXAMPLES = 200
-"""Hypothesis problems per row by default; never fewer than one more than the row's search verified."""
+"""Distinct Hypothesis problems per row by default (each one the row's config applies to); never fewer
+than one more than the row's search verified."""
 
 
 @dataclass(frozen=True)
@@ -30,7 +31,7 @@ class RowVerdict:
     bucket: str
     config_json: str
     result: str  # "pass", "FAIL", "error" (verification raised, not recorded) or "skipped" (`detail` says why)
-    examples: int = 0  # problems the config was checked on
+    examples: int = 0  # distinct problems the config was checked on
     detail: str = ""  # the minimal failing problem and why it fails, what verification raised, or why skipped
     recorded: bool = False  # the outcome is kept on the row (False where the row changed meanwhile)
 
@@ -77,8 +78,8 @@ def reverify_rows(
 
     Args:
         gpu_name: must be this machine's GPU (None: whichever it is), since the kernels run here.
-        examples: Hypothesis problems per row (None: DEFAULT_EXAMPLES), raised to one more than the row's
-            search verified.
+        examples: distinct Hypothesis problems per row (None: DEFAULT_EXAMPLES), raised to one more than the
+            row's search verified.
         seed: None draws a fresh one; the seed used is returned and kept on every row.
         on_row: called with each verdict, the number of rows done and the number in all.
     """
