@@ -92,7 +92,8 @@ def gpu_info() -> None:
 @click.argument("kernel")
 @click.option("--config", "config_json", help="Config as JSON; parameters left out take the default's values.")
 @click.option("--dtype", "dtypes", multiple=True, help="fp32, fp16 or bf16 (repeatable; default: all the kernel supports).")
-@click.option("--examples", default=100, show_default=True, help="Hypothesis problems per dtype.")
+@click.option("--examples", default=100, show_default=True,
+              help="Distinct Hypothesis problems per dtype that the config applies to.")
 @click.option("--seed", default=0, show_default=True)
 def verify(kernel: str, config_json: str | None, dtypes: tuple[str, ...], examples: int, seed: int) -> None:
     """Check a config against float64 on Hypothesis-drawn problems; exit 1 on any failure."""
@@ -140,7 +141,8 @@ def verify(kernel: str, config_json: str | None, dtypes: tuple[str, ...], exampl
 @click.option("--gpus", help="Comma-separated GPU indices: one worker process on each.")
 @click.option("--heartbeat", type=click.IntRange(min=1),
               help="Seconds between a worker's heartbeats on a server storage (default 10); a trial 3 beats late is retried.")
-@click.option("--examples", default=20, show_default=True, help="Hypothesis problems per trial.")
+@click.option("--examples", default=20, show_default=True,
+              help="Distinct Hypothesis problems per trial that its config applies to.")
 @click.option("--seed", default=0, show_default=True)
 @click.option("--compile-workers", type=click.IntRange(min=0),
               help="Processes compiling candidates ahead (default: up to 8 on a GPU, none under the interpreter).")
@@ -391,16 +393,17 @@ def db_export(gpu_name: str, output: str, kernel: str | None, db_url: str | None
 @click.option("--db", "db_url", help="Database to re-verify and record into: path or SQLAlchemy URL (default: $AUTOTUNE_DB or ~/.cache).")
 @click.option("--kernel", "kernels", multiple=True, help="Only this kernel's rows (repeatable; a name or module:attr path).")
 @click.option("--examples", type=click.IntRange(min=1),
-              help="Hypothesis problems per row, at least one more than its search verified [default: 200].")
+              help="Distinct Hypothesis problems per row that its config applies to, at least one more than its "
+                   "search verified [default: 200].")
 @click.option("--seed", type=int, help="Hypothesis seed [default: a fresh one, printed and recorded].")
 @click.option("--format", "fmt", type=FORMATS, default="table", show_default=True)
 def db_verify(gpu_name: str | None, db_url: str | None, kernels: tuple[str, ...], examples: int | None, seed: int | None,
               fmt: str) -> None:
     """Re-verify every best row of this GPU on a fresh seed and record the outcomes; a row that fails is
-    flagged and no longer served. Exit 1 if any row fails."""
+    flagged and no longer served. Exit 1 if any row fails or its verification raises."""
     from tqdm import tqdm
 
-    from autotune.reverify import gpu_to_verify, reverify_rows
+    from autotune.reverify import fresh_seed, gpu_to_verify, reverify_rows
 
     specs = [_spec(k) for k in kernels]
     try:
@@ -409,6 +412,8 @@ def db_verify(gpu_name: str | None, db_url: str | None, kernels: tuple[str, ...]
         raise click.ClickException(str(exc)) from None
     if db_url and "://" not in db_url and not os.path.isfile(db_url):
         raise click.ClickException(f"no database at {db_url}")
+    seed = fresh_seed() if seed is None else seed
+    click.echo(f"db verify: seed {seed}", err=True)  # first, so a run that dies can be repeated
     with _store(db_url) as store, tqdm(desc="db verify", unit="row", file=sys.stderr, leave=False) as bar:
 
         def progress(verdict, done: int, total: int) -> None:
@@ -417,15 +422,16 @@ def db_verify(gpu_name: str | None, db_url: str | None, kernels: tuple[str, ...]
             bar.set_postfix_str(f"{verdict.kernel} {verdict.dtype} {verdict.bucket}: {verdict.result}")
 
         report = reverify_rows(store, gpu_name=gpu_name, kernels=specs, examples=examples, seed=seed, on_row=progress)
-    counts = {r: sum(v.result == r for v in report.rows) for r in ("pass", "FAIL", "skipped")}
-    click.echo(f"{report.gpu}: {len(report.rows)} row(s) on seed {report.seed}, at least {report.examples} Hypothesis "
-               f"problems each plus the bucket's edges: {counts['pass']} pass, {counts['FAIL']} FAIL (flagged, no longer "
-               f"served), {counts['skipped']} skipped", err=True)
+    counts = {r: sum(v.result == r for v in report.rows) for r in ("pass", "FAIL", "error", "skipped")}
+    click.echo(f"{report.gpu}: {len(report.rows)} row(s) on seed {report.seed}, at least {report.examples} distinct "
+               f"Hypothesis problems its config applies to each (fewer where under 1% of draws apply) plus the "
+               f"bucket's edges: {counts['pass']} pass, {counts['FAIL']} FAIL (flagged, no longer served), "
+               f"{counts['error']} error (verification raised; not recorded), {counts['skipped']} skipped", err=True)
     rows = [{"kernel": v.kernel, "dtype": v.dtype, "bucket": v.bucket, "examples": v.examples, "result": v.result,
              "minimal failing problem / why skipped": v.detail, **({"config": v.config_json} if fmt != "table" else {})}
             for v in report.rows]
     _emit(rows, fmt)
-    if report.failed:
+    if report.failed or report.errored:
         sys.exit(1)
 
 

@@ -1,21 +1,25 @@
 """Re-verification of stored best configs: each row of one GPU checked again on a fresh seed, with more
 Hypothesis problems than its search drew and its bucket's edge cases; the outcome is kept on the row,
-and a row that fails is flagged, so the runtime no longer serves it."""
+and a row that fails is flagged, so the runtime no longer serves it. A row whose verification itself
+raises is reported as an error and left as it was; the run goes on with the next row."""
 
 from __future__ import annotations
 
 import json
+import os
 import secrets
+import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from autotune import gpu, registry, runtime
 from autotune.db import BestRow, ConfigStore
 from autotune.spec import KernelSpec, dtype_from_name
-from autotune.verify import verify
+from autotune.verify import exception_summary, verify
 
 DEFAULT_EXAMPLES = 200
-"""Hypothesis problems per row by default; never fewer than one more than the row's search verified."""
+"""Distinct Hypothesis problems per row by default (each one the row's config applies to); never fewer
+than one more than the row's search verified."""
 
 
 @dataclass(frozen=True)
@@ -26,9 +30,9 @@ class RowVerdict:
     dtype: str
     bucket: str
     config_json: str
-    result: str  # "pass", "FAIL", or "skipped" (not verified: `detail` says why)
-    examples: int = 0  # problems the config was checked on
-    detail: str = ""  # the minimal failing problem and why it fails, or why the row was skipped
+    result: str  # "pass", "FAIL", "error" (verification raised, not recorded) or "skipped" (`detail` says why)
+    examples: int = 0  # distinct problems the config was checked on
+    detail: str = ""  # the minimal failing problem and why it fails, what verification raised, or why skipped
     recorded: bool = False  # the outcome is kept on the row (False where the row changed meanwhile)
 
 
@@ -44,6 +48,15 @@ class Reverification:
     @property
     def failed(self) -> list[RowVerdict]:
         return [r for r in self.rows if r.result == "FAIL"]
+
+    @property
+    def errored(self) -> list[RowVerdict]:
+        return [r for r in self.rows if r.result == "error"]
+
+
+def fresh_seed() -> int:
+    """A seed for a run that names none."""
+    return secrets.randbelow(2**31)
 
 
 def gpu_to_verify(gpu_name: str | None) -> gpu.GPUInfo:
@@ -65,8 +78,8 @@ def reverify_rows(
 
     Args:
         gpu_name: must be this machine's GPU (None: whichever it is), since the kernels run here.
-        examples: Hypothesis problems per row (None: DEFAULT_EXAMPLES), raised to one more than the row's
-            search verified.
+        examples: distinct Hypothesis problems per row (None: DEFAULT_EXAMPLES), raised to one more than the
+            row's search verified.
         seed: None draws a fresh one; the seed used is returned and kept on every row.
         on_row: called with each verdict, the number of rows done and the number in all.
     """
@@ -74,7 +87,7 @@ def reverify_rows(
     examples = DEFAULT_EXAMPLES if examples is None else examples
     if isinstance(examples, bool) or not isinstance(examples, int) or examples < 1:
         raise ValueError(f"examples must be a positive int, got {examples!r}")
-    seed = secrets.randbelow(2**31) if seed is None else seed
+    seed = fresh_seed() if seed is None else seed
     given = {spec.name: spec for spec in kernels}
     rows = [r for r in store.best_rows(gpu=here.name) if not given or r.kernel in given]
     verdicts: list[RowVerdict] = []
@@ -104,8 +117,13 @@ def _reverify_row(store: ConfigStore, row: BestRow, spec: KernelSpec | None, exa
         return skipped(f"config not in {spec.name}'s space (the runtime ignores it): {exc}")
     problem = row.problem
     edges = spec.edges_for(problem) if problem else []  # the problem it was timed on, and its bucket's edges
-    result = verify(spec, config, dtype_from_name(row.dtype), examples=max(examples, row.examples_verified + 1),
-                    seed=seed, extra_problems=edges, extra_first=False)
+    try:
+        result = verify(spec, config, dtype_from_name(row.dtype), examples=max(examples, row.examples_verified + 1),
+                        seed=seed, extra_problems=edges, extra_first=False)
+    except Exception as exc:  # the gate itself broke (a spec's reference, torch, a lost CUDA context), not
+        # shown to be the config's fault (a config's own errors are failures): leave the row as it was
+        return RowVerdict(row.kernel, row.dtype, row.bucket, row.config_json, "error",
+                          detail=f"verification raised {exception_summary(exc)}{_raised_at(exc)}; not recorded")
     failure_json, detail = None, ""
     if not result.passed:
         f = result.failure
@@ -119,3 +137,12 @@ def _reverify_row(store: ConfigStore, row: BestRow, spec: KernelSpec | None, exa
         detail = (detail + "; " if detail else "") + "not recorded: the row changed during verification"
     return RowVerdict(row.kernel, row.dtype, row.bucket, row.config_json, "pass" if result.passed else "FAIL",
                       result.examples, detail, recorded)
+
+
+def _raised_at(exc: BaseException) -> str:
+    """' (at file.py:line in function)': where exc was raised, for a report of one line."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    if not frames:
+        return ""
+    last = frames[-1]
+    return f" (at {os.path.basename(last.filename)}:{last.lineno} in {last.name})"

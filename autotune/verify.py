@@ -11,13 +11,15 @@ below the size of its terms, its rounding error is judged against that size, not
 from __future__ import annotations
 
 import json
+import math
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import torch
-from hypothesis import HealthCheck, find, settings
-from hypothesis.errors import NoSuchExample
+from hypothesis import HealthCheck, Phase, find, reject, settings
+from hypothesis.errors import NoSuchExample, Unsatisfiable
+from hypothesis.strategies import SearchStrategy
 
 from autotune import gpu
 from autotune.space import Config, Problem
@@ -55,10 +57,10 @@ class VerifyResult:
     kernel: str
     dtype: str
     config: Config
-    examples: int  # problems checked that the config applies to
+    examples: int  # distinct problems checked (the config applies to each): Hypothesis draws and extra problems
     failure: Failure | None = None
     worst_error_ratio: float = 0.0  # max over problems of error / budget
-    skipped: int = 0  # problems the config does not apply to (rejected by the space's constraints)
+    skipped: int = 0  # draws the config does not apply to (rejected by the space's constraints), drawn anew
     problems: list[Problem] = field(default_factory=list, repr=False)
 
     @property
@@ -143,6 +145,41 @@ def compare(out: torch.Tensor, ref: torch.Tensor, base: torch.Tensor, dtype: tor
     return err, budget, None
 
 
+class InvalidOutputs(TypeError):
+    """A spec's baseline or reference returned something other than the outputs a kernel writes: a bug of
+    the spec (or of torch under it), not of the config being checked."""
+
+
+def _output_shapes(outputs: object) -> list[tuple[int, ...]] | None:
+    """The shapes of a tensor or of a non-empty tuple (or list) of tensors; None for anything else."""
+    if isinstance(outputs, torch.Tensor):
+        return [tuple(outputs.shape)]
+    if isinstance(outputs, (tuple, list)) and outputs and all(isinstance(t, torch.Tensor) for t in outputs):
+        return [tuple(t.shape) for t in outputs]
+    return None
+
+
+def _describe_outputs(outputs: object) -> str:
+    if isinstance(outputs, (tuple, list)):
+        return f"a {type(outputs).__name__} of ({', '.join(type(o).__name__ for o in outputs)})"
+    return f"a {type(outputs).__name__}"
+
+
+def check_references(spec: KernelSpec, problem: Problem, base: object, ref: object) -> None:
+    """Raise InvalidOutputs unless `base` (spec.baseline's) and `ref` (spec.reference's) are each a tensor
+    or a tuple of tensors, alike in count and shapes: what the gate poisons, compares and budgets by."""
+    where = json.dumps(problem, sort_keys=True)
+    shapes = {}
+    for role, outputs in (("baseline", base), ("reference", ref)):
+        shapes[role] = _output_shapes(outputs)
+        if shapes[role] is None:
+            raise InvalidOutputs(f"{spec.name}'s {role} returned {_describe_outputs(outputs)} on {where}: expected "
+                                 "a tensor or a tuple of tensors")
+    if shapes["baseline"] != shapes["reference"]:
+        raise InvalidOutputs(f"{spec.name}'s baseline and reference disagree on {where}: output shapes "
+                             f"{shapes['baseline']} and {shapes['reference']}")
+
+
 class ReferenceCache:
     """Inputs, PyTorch and float64 results (and error floors) per problem, shared by the configs checked on them."""
 
@@ -156,7 +193,9 @@ class ReferenceCache:
         if item is None:
             inputs = spec.make_inputs(problem, dtype, gpu.device(), seed)
             floor = spec.error_floor(inputs) if spec.error_floor else None
-            item = (inputs, spec.baseline(inputs), spec.reference(inputs), floor)
+            base, ref = spec.baseline(inputs), spec.reference(inputs)
+            check_references(spec, problem, base, ref)
+            item = (inputs, base, ref, floor)
             if len(self._items) >= self.capacity:
                 self._items.pop(next(iter(self._items)))
             self._items[key] = item
@@ -189,10 +228,77 @@ def check_problem(
         if device.type == "cuda":
             torch.cuda.synchronize(device)
     except Exception as exc:  # a candidate may fail in any way; the trial records how
-        return Failure(problem, "error", f"{type(exc).__name__}: {_first_line(exc)}")
+        return Failure(problem, "error", exception_summary(exc))
     err, budget, reason = compare_outputs(out, ref, base, cache.floor(spec, problem, dtype, seed))
     if reason:
         return Failure(problem, "incorrect", reason, err, budget)
+    return None
+
+
+NO_EXPLAIN = tuple(p for p in Phase if p is not Phase.explain)
+"""Hypothesis's phases but the explain phase: it traces every line of each call made while shrinking
+(a failure's minimal problem is all verify reports), which slows shrinking a launcher several times."""
+HYPOTHESIS_RUNS = 4
+"""Hypothesis runs per verify at most. One run draws `examples` problems the config applies to, some of
+them more than once (choices a problem does not use still vary); each further run, on its own seed, draws
+as many more as the last run needed per new problem for those still missing, until one adds none."""
+
+
+class _Checks:
+    """The problems one config was checked on, each once, and the draws it does not apply to."""
+
+    def __init__(self, spec: KernelSpec, config: Config, dtype: torch.dtype, seed: int, cache: ReferenceCache):
+        self.spec, self.config, self.dtype, self.seed, self.cache = spec, config, dtype, seed, cache
+        self.problems: dict[str, Problem] = {}
+        self.failed: dict[str, bool] = {}
+        self.drawn: set[str] = set()
+        self.draws = 0  # draws the config applies to, repeats included
+        self.skipped = 0
+
+    def applies(self, problem: Problem) -> bool:
+        if self.spec.space.rejects(self.config, problem):
+            self.skipped += 1
+            return False
+        return True
+
+    def check(self, problem: Problem) -> Failure | None:
+        key = json.dumps(problem, sort_keys=True)
+        self.problems[key] = problem
+        failure = check_problem(self.spec, self.config, problem, self.dtype, seed=self.seed, cache=self.cache)
+        self.failed[key] = failure is not None
+        return failure
+
+    def drawn_fails(self, problem: Problem) -> bool:
+        """Hypothesis's condition: whether a drawn problem fails; a draw the config does not apply to is
+        rejected (no example: Hypothesis counts only the others), and a repeat is not run again."""
+        problem = self.spec.problem_for(problem, self.dtype)
+        if not self.applies(problem):
+            reject()
+        key = json.dumps(problem, sort_keys=True)
+        self.drawn.add(key)
+        self.draws += 1
+        if key not in self.failed:
+            self.check(problem)
+        return self.failed[key]
+
+
+def _minimal_failing(checks: _Checks, strategy: SearchStrategy, examples: int, seed: int | None) -> Problem | None:
+    """The shrunk failing problem of the first Hypothesis run that finds one, or None when `examples`
+    distinct problems were drawn (or no more could be) and none failed."""
+    asked = examples
+    for run in range(HYPOTHESIS_RUNS):
+        before, draws_before = len(checks.drawn), checks.draws
+        hyp_settings = settings(max_examples=asked, database=None, deadline=None,
+                                suppress_health_check=list(HealthCheck), phases=NO_EXPLAIN)
+        rng = random.Random(seed if seed is not None else 0) if run == 0 else random.Random(f"{seed}/{run}")
+        try:
+            return find(strategy, checks.drawn_fails, settings=hyp_settings, random=rng)
+        except (NoSuchExample, Unsatisfiable):  # Unsatisfiable: the config applies to none of the draws
+            pass
+        new, missing = len(checks.drawn) - before, examples - len(checks.drawn)
+        if missing <= 0 or new == 0:
+            return None
+        asked = math.ceil(missing * (checks.draws - draws_before) / new)
     return None
 
 
@@ -208,55 +314,42 @@ def verify(
     cache: ReferenceCache | None = None,
     extra_first: bool = True,
 ) -> VerifyResult:
-    """Check config on `extra_problems`, then on up to `examples` Hypothesis problems; shrink a failure.
+    """Check config on `extra_problems`, then on `examples` distinct Hypothesis problems; shrink a failure.
     With `extra_first=False` the Hypothesis problems come first, so that a failure found among them is
     reported shrunk, not as the extra problem (often a large one) that fails too.
 
-    A config is only checked on problems its space's constraints let it run on.
+    A config is only checked on problems its space's constraints let it run on: a draw they reject is
+    no example (Hypothesis draws another), and a problem drawn again is not checked again, so `examples`
+    counts problems checked. Where fewer than about 1% of draws apply, Hypothesis stops with fewer.
     """
     config = spec.space.validate(config)
-    dtype_name = DTYPE_NAMES[dtype]
-    cache = cache or ReferenceCache()
-    max_numel = max_numel or default_max_numel()
-    checked: list[Problem] = []
-    skipped = 0
+    checks = _Checks(spec, config, dtype, seed or 0, cache or ReferenceCache())
 
-    def fails(problem: Problem) -> bool:
-        nonlocal skipped
-        problem = spec.problem_for(problem, dtype)
-        if spec.space.rejects(config, problem):
-            skipped += 1
-            return False
-        checked.append(problem)
-        return check_problem(spec, config, problem, dtype, seed=seed or 0, cache=cache) is not None
+    def result(failure: Failure | None) -> VerifyResult:
+        return VerifyResult(spec.name, DTYPE_NAMES[dtype], config, len(checks.problems), failure,
+                            skipped=checks.skipped, problems=list(checks.problems.values()))
 
     def first_extra_failure() -> VerifyResult | None:
         for problem in extra_problems:
-            if fails(problem):
-                failure = check_problem(spec, config, spec.problem_for(problem, dtype), dtype, seed=seed or 0, cache=cache)
-                return VerifyResult(spec.name, dtype_name, config, len(checked), failure, skipped=skipped, problems=checked)
+            problem = spec.problem_for(problem, dtype)
+            if checks.applies(problem) and (failure := checks.check(problem)):
+                return result(failure)
         return None
 
     if extra_first and (failed := first_extra_failure()):
         return failed
-    hyp_settings = settings(
-        max_examples=examples,
-        database=None,
-        deadline=None,
-        suppress_health_check=list(HealthCheck),
-    )
-    try:
-        minimal = find(
-            spec.problems(max_numel), fails, settings=hyp_settings, random=random.Random(seed if seed is not None else 0)
-        )
-    except NoSuchExample:
-        if not extra_first and (failed := first_extra_failure()):
-            return failed
-        return VerifyResult(spec.name, dtype_name, config, len(checked), None, skipped=skipped, problems=checked)
-    failure = check_problem(spec, config, spec.problem_for(minimal, dtype), dtype, seed=seed or 0, cache=cache)
+    minimal = _minimal_failing(checks, spec.problems(max_numel or default_max_numel()), examples, seed)
+    if minimal is None:
+        return (not extra_first and first_extra_failure()) or result(None)
+    failure = check_problem(spec, config, spec.problem_for(minimal, dtype), dtype, seed=seed or 0, cache=checks.cache)
     if failure is None:  # flaky: failed during the search, passes on replay (a race or reading unset memory)
         failure = Failure(minimal, "incorrect", "failed once, passed on replay: nondeterministic result")
-    return VerifyResult(spec.name, dtype_name, config, len(checked), failure, skipped=skipped, problems=checked)
+    return result(failure)
+
+
+def exception_summary(exc: BaseException) -> str:
+    """'TypeName: first line of the message', as a failure records an exception."""
+    return f"{type(exc).__name__}: {_first_line(exc)}"
 
 
 def _first_line(exc: BaseException) -> str:

@@ -62,6 +62,17 @@ STATIC_FAIL_ADD = dataclasses.replace(
 """Fails to compile with BLOCK_SIZE=256; right otherwise."""
 
 
+def _baseline_blind_to_empty(inputs):
+    x, y = inputs["x"], inputs["y"]
+    return None if x.numel() == 0 else x + y
+
+
+EMPTY_BLIND_ADD = dataclasses.replace(vector_add.SPEC, name="empty_blind_add", baseline=_baseline_blind_to_empty, _hash=[])
+"""vector_add whose baseline returns nothing for an empty problem, as a torch call under a spec's baseline
+did for flash_attn on the H100 (TypeError: 'NoneType' object is not iterable, deep inside verify): a broken
+gate, not a wrong config."""
+
+
 def tail_bug_add(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     """x + y (1-D) with the config the runtime looks up for TAIL_BUG_ADD, as a shipped kernel's function does."""
     n = x.numel()

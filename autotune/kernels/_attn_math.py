@@ -65,13 +65,23 @@ def _sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, inputs: dict) -> to
                                           scale=inputs["scale"])
 
 
+def _nothing_to_attend(q: torch.Tensor, k: torch.Tensor) -> bool:
+    """No query row (no batch, heads or queries) or no key. sdpa's CUDA backends have handled such inputs
+    each their own way across torch versions (flash and cuDNN refused an empty batch in torch 2.4,
+    pytorch#133780), so the baselines give the defined result themselves: an empty output, or with no keys
+    an empty sum (0, log-sum-exp -inf), and no gradient."""
+    return q.numel() == 0 or k.shape[2] == 0
+
+
 def baseline_forward(inputs: dict) -> tuple[torch.Tensor, torch.Tensor]:
     """torch in the working dtype: sdpa's output, and the log-sum-exp (in the dtype flash_attn keeps it)
     of scores computed by a matmul in the working dtype."""
     q, k = inputs["q"], inputs["k"]
-    o = _sdpa(q, k, inputs["v"], inputs)
     b, h, nq, _ = q.shape
     lse = q.new_full((b, h, nq), float("-inf"), dtype=compute_dtype(q.dtype))
+    if _nothing_to_attend(q, k):
+        return torch.zeros_like(q), lse
+    o = _sdpa(q, k, inputs["v"], inputs)
     for i in range(b):
         k_i = _heads(k[i], _group(q, k))
         for start, end in _chunks(h, nq, k.shape[2]):
@@ -107,6 +117,8 @@ def reference_backward(inputs: dict) -> tuple[torch.Tensor, torch.Tensor, torch.
 
 def baseline_backward(inputs: dict) -> tuple[torch.Tensor, ...]:
     """torch in the working dtype: autograd through sdpa (its forward included, which it recomputes)."""
+    if _nothing_to_attend(inputs["q"], inputs["k"]):
+        return tuple(torch.zeros_like(inputs[n]) for n in ("q", "k", "v"))
     leaves = [inputs[n].detach().requires_grad_() for n in ("q", "k", "v")]
     with torch.enable_grad():
         o = _sdpa(*leaves, inputs)
