@@ -9,6 +9,7 @@ import os
 import warnings
 from collections.abc import Callable, Hashable, Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -83,6 +84,7 @@ class TunedConfigs:
         self._by_key: dict[tuple[torch.dtype, Hashable], Config] = {}
         self._choices: dict[tuple[torch.dtype, str], Choice] = {}
         self._stored: dict[torch.dtype, list[tuple[str, Config, str]]] = {}
+        self._derived: dict[Hashable, Any] = {}
 
     def config(self, dtype: torch.dtype, bucket: str, problem: Callable[[], Problem]) -> Config:
         """The config for a call (hot path: one dict lookup once resolved)."""
@@ -99,6 +101,16 @@ class TunedConfigs:
                 self._by_key.clear()
             cfg = self._by_key[(dtype, key)] = self.config(dtype, bucket(), problem)
         return cfg
+
+    def derived(self, key: Hashable, make: Callable[[], Any]) -> Any:
+        """make(), memoized by key and forgotten with the configs: what a kernel derives from a call's
+        config (its grid and launch arguments), so a repeated call rebuilds none of it."""
+        value = self._derived.get(key)
+        if value is None:
+            if len(self._derived) > MAX_SHAPES_REMEMBERED:
+                self._derived.clear()
+            value = self._derived[key] = make()
+        return value
 
     def resolve(self, dtype: torch.dtype, bucket: str, problem: Problem) -> Choice:
         """Pick and cache the config for a bucket, saying where it came from."""
@@ -118,6 +130,7 @@ class TunedConfigs:
         """Forget cached configs and stored rows (after the database changed)."""
         self._cache.clear()
         self._by_key.clear()
+        self._derived.clear()
         self._choices.clear()
         self._stored.clear()
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The GPU work of one device session, in stages: bash benchmarks/gpu_session.sh STAGE...
 # Stages: check | search-add | search-softmax | search-fix | search-norms | reverify | gpu-tests | compare | compare-norms
-#         | bench | bench-attention | hot-path | quality | multi-gpu | faults
+#         | bench | bench-attention | hot-path | norm-host-path | quality | multi-gpu | faults
 # bench, bench-attention: `autotune bench` (tuned vs default vs eager vs torch.compile, table + PNG) of every
 # shipped kernel in BENCH_DTYPES (default bf16) on its presets, the attention pair apart (each under ~10 minutes).
 # The config database is $AUTOTUNE_DB (default $OUT/tuned.sqlite); logs go to $OUT.
@@ -51,6 +51,14 @@ for stage in "$@"; do
       at bench $kernels --gpu "$GPU" $dtypes --plot "$OUT/$name-$GPU-$stamp.png" --out "$OUT/$name-$GPU-$stamp" ;;
     hot-path)
       python3 benchmarks/hot_path.py --out "$OUT/hot-path-$GPU-$stamp" ;;
+    norm-host-path)  # BEFORE_TREE: an older tree (its autotune/ extracted) to compare the norms' host path with
+      trees="--tree after=."; [ -n "${BEFORE_TREE:-}" ] && trees="--tree before=$BEFORE_TREE $trees"
+      # shellcheck disable=SC2086
+      python3 benchmarks/norm_host_path.py --launch real $trees --rounds 3 --out "$OUT/hostpath-$GPU-$stamp"
+      python3 benchmarks/public_vs_launch.py --kernel layer_norm --shape 8192x4096 --kernel layer_norm --shape 8192x4096+res \
+        --kernel rms_norm --shape 8192x4096 --kernel rms_norm --shape 8192x4096+res \
+        --kernel group_norm --shape 8x512x64x64,groups=32,activation=silu --dtype bf16 2>&1 \
+        | tee "$OUT/public-vs-launch-$GPU-$stamp.txt" ;;
     reverify)
       # Every row of this GPU on a fresh seed (printed on stderr; REVERIFY_SEED repeats one); each outcome is
       # recorded on its row, the table also goes to $OUT.

@@ -25,8 +25,9 @@ from autotune import gpu, runtime
 from autotune.kernels import fused_softmax, vector_add
 
 
-def per_call_us(fn, calls: int = 20000, repeats: int = 7) -> float:
-    """Median over repeats of the mean host time per call (synchronizing once per repeat)."""
+def per_call_samples_us(fn, calls: int = 20000, repeats: int = 7) -> list[float]:
+    """The mean host time per call of each of `repeats` runs of `calls` calls, after 200 warm-up calls
+    (synchronizing once per run)."""
     for _ in range(200):
         fn()
     sync = torch.cuda.synchronize if gpu.device().type == "cuda" else (lambda: None)
@@ -38,7 +39,12 @@ def per_call_us(fn, calls: int = 20000, repeats: int = 7) -> float:
             fn()
         sync()
         samples.append((time.perf_counter() - start) / calls * 1e6)
-    return statistics.median(samples)
+    return samples
+
+
+def per_call_us(fn, calls: int = 20000, repeats: int = 7) -> float:
+    """Median over repeats of the mean host time per call (synchronizing once per repeat)."""
+    return statistics.median(per_call_samples_us(fn, calls, repeats))
 
 
 def measure(calls: int) -> list[dict]:

@@ -182,6 +182,19 @@ def test_public_call_launches_the_stored_config_of_its_bucket(user_db):
     assert launches == [("group_norm", stored), ("group_norm", dict(SPACE.default))]
 
 
+def test_a_call_planned_once_launches_a_new_row_after_the_database_changes(user_db):
+    x = torch.randn(2, 8, 5, 5)
+    p = problem(x.shape, 4, "contiguous")
+    stored = config(variant="single", BLOCK=group_block(p), num_warps=2, num_stages=1)
+    with runtime.record_launches() as launches:
+        group_norm(x, 4)  # plans this call shape with the default config
+        _store_row(user_db, SPEC.bucket(p), stored)
+        runtime.clear_cache()
+        y = group_norm(x, 4)
+    assert launches == [("group_norm", dict(SPACE.default)), ("group_norm", stored)]
+    torch.testing.assert_close(y, torch_group_norm(x, 4))
+
+
 @pytest.mark.parametrize(
     "call, error, message",
     [

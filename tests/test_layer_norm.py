@@ -200,6 +200,33 @@ def test_public_calls_launch_the_stored_config_of_their_bucket(user_db):
                         ("rms_norm", dict(SPACE.default))]
 
 
+def test_a_call_planned_once_launches_a_new_row_after_the_database_changes(user_db):
+    x, r = torch.randn(5, 100), torch.randn(5, 100)
+    with runtime.record_launches() as launches:
+        layer_norm(x, 100, residual=r)  # plans this call shape with the default config
+        store_best(user_db, LAYER_NORM, "m=8,n=128,res=1", SINGLE_128)  # and clears the runtime's caches
+        y, _ = layer_norm(x, 100, residual=r)
+    assert launches == [("layer_norm", dict(SPACE.default)), ("layer_norm", SINGLE_128)]
+    torch.testing.assert_close(y, F.layer_norm(x + r, (100,)))
+
+
+def test_a_bad_call_after_good_ones_of_the_same_shape_still_fails_before_any_launch():
+    x, r, w = torch.randn(4, 8), torch.randn(4, 8), torch.randn(8)
+    layer_norm(x, 8, w, residual=r)
+    rms_norm(x, 8, w, residual=r)
+    bad = [
+        (lambda: layer_norm(x, 8, w.double(), residual=r), TypeError, "weight must have a floating dtype"),
+        (lambda: layer_norm(x, 8, w, residual=r.half()), TypeError, "one dtype"),
+        (lambda: rms_norm(x, 8, w, residual=torch.randn(2, 8)), ValueError, "one shape"),
+        (lambda: rms_norm(x.t(), 8, w, residual=r), ValueError, "must be the trailing dims"),
+        (lambda: layer_norm(x, 8, w, eps=-1.0, residual=r), ValueError, "eps must be a finite float"),
+    ]
+    for call, error, message in bad:
+        with runtime.record_launches() as launches, pytest.raises(error, match=message):
+            call()
+        assert launches == []
+
+
 @pytest.mark.parametrize(
     "call, error, message",
     [

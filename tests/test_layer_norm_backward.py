@@ -139,6 +139,35 @@ def test_half_gradients_are_as_close_to_float64_as_torchs(dtype):
         assert (o.double() - e).abs().max() <= 2 * (t.double() - e).abs().max() + 1e-3
 
 
+def test_gradients_of_strided_inputs_match_torch():
+    # Strided inputs go through the custom op in eager mode too (contiguous ones skip its dispatch).
+    def ours(bx, br, w, b):
+        return layer_norm(bx[..., ::2], (2, 30), w, b, residual=br.transpose(1, 2))
+
+    def theirs(bx, br, w, b):
+        h = bx[..., ::2] + br.transpose(1, 2)
+        return F.layer_norm(h, (2, 30), w, b), h
+
+    inputs = (torch.randn(5, 2, 60), torch.randn(5, 30, 2), torch.randn(2, 30), torch.randn(2, 30))
+    cotangents = (torch.randn(5, 2, 30), torch.randn(5, 2, 30))
+    for a, e in zip(_grads(ours, inputs, cotangents), _grads(theirs, inputs, cotangents)):
+        torch.testing.assert_close(a, e)
+
+
+def test_outputs_of_a_differentiable_call_can_be_changed_in_place():
+    x, r, w = torch.randn(4, 24), torch.randn(4, 24), torch.randn(24)
+
+    def block(norm, x, r, w):
+        y, h = norm(x, r, w)
+        y.mul_(3)  # neither output is a view made inside an autograd.Function, so this is allowed
+        return y.sum() + (h * h).sum()
+
+    ours = _grads(lambda x, r, w: block(lambda x, r, w: rms_norm(x, 24, w, residual=r), x, r, w), (x, r, w), (torch.tensor(1.0),))
+    theirs = _grads(lambda x, r, w: block(lambda x, r, w: (F.rms_norm(x + r, [24], w), x + r), x, r, w), (x, r, w), (torch.tensor(1.0),))
+    for a, e in zip(ours, theirs):
+        torch.testing.assert_close(a, e)
+
+
 def test_no_graph_without_grad_and_no_grad_for_inputs_that_do_not_need_it():
     x = torch.randn(3, 8, requires_grad=True)
     with torch.no_grad():

@@ -11,6 +11,9 @@ from autotune import gpu
 
 FLOAT_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 _ON_CUDA = not gpu.interpreter_active()  # fixed once Triton is imported
+EAGER_TYPES = (torch.Tensor, torch.nn.Parameter)
+"""Types of tensor whose eager calls may skip a custom op's dispatch; subclasses (fake tensors among them)
+go through the op, whose fake implementation they can run."""
 
 
 def _names(dtypes: tuple[torch.dtype, ...]) -> str:

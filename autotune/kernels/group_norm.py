@@ -197,31 +197,42 @@ def _group_norm_split_normalize_kernel(
         tl.store(rstd_ptr + row, rstd.to(tl.float32))
 
 
-def _launch(x, y, weight, bias, mean, rstd, groups: int, eps: float, activation: str, config: dict) -> None:
-    """y and the saved statistics of group_norm(x) with one config; x and y must have flat_strides,
-    numel > 0; mean is float64, rstd float32, both (N, groups) contiguous."""
+def _launcher(x, y, groups: int, activation: str, has_weight: bool, has_bias: bool, config: dict):
+    """A function (x, y, weight, bias, mean, rstd, eps) that launches config on tensors of the shape and
+    strides of x and y (which must have flat_strides, numel > 0); mean is float64, rstd float32, both
+    (N, groups) contiguous. Everything the shapes decide is worked out here, once."""
     n, c = x.shape[:2]
     hw, cg, rows = spatial_size(x), c // groups, n * groups
-    xs, ys = flat_strides(x), flat_strides(y)
+    strides = (*flat_strides(x), *flat_strides(y))
     split = config["SPLIT"]
-    block_c, block_hw = tile_shape(config["BLOCK"], cg, max(1, next_pow2(hw) // split), channels_inner(xs, c, hw))
-    acc = accumulator(x.dtype)
-    params = (weight if weight is not None else x, bias if bias is not None else x)  # placeholders stay unread
-    meta = dict(HAS_W=weight is not None, HAS_B=bias is not None, ACTIVATION=ACTIVATIONS[activation], ACC=acc,
+    block_c, block_hw = tile_shape(config["BLOCK"], cg, max(1, next_pow2(hw) // split),
+                                   channels_inner(strides[:3], c, hw))
+    meta = dict(HAS_W=has_weight, HAS_B=has_bias, ACTIVATION=ACTIVATIONS[activation], ACC=accumulator(x.dtype),
                 BLOCK_C=block_c, BLOCK_HW=block_hw, num_warps=config["num_warps"], num_stages=config["num_stages"])
     if config["variant"] in ("single", "looped"):
-        kernel = _group_norm_single_kernel if config["variant"] == "single" else _group_norm_looped_kernel
-        kernel[(rows,)](x, y, *params, mean, rstd, groups, cg, hw, eps, *xs, *ys, **meta)
-        return
+        kernel = (_group_norm_single_kernel if config["variant"] == "single" else _group_norm_looped_kernel)[(rows,)]
+
+        def launch(x, y, weight, bias, mean, rstd, eps):
+            # Absent parameters are never read; x stands in as a valid pointer.
+            kernel(x, y, x if weight is None else weight, x if bias is None else bias, mean, rstd,
+                   groups, cg, hw, eps, *strides, **meta)
+        return launch
     chunk = triton.cdiv(triton.cdiv(hw, split), block_hw) * block_hw
-    partials = torch.empty((rows, split, 2), dtype=torch.float64, device=x.device)
-    _group_norm_split_stats_kernel[(rows, split)](
-        x, partials, groups, cg, hw, chunk, *xs, SPLIT=split, BLOCK_C=block_c, BLOCK_HW=block_hw,
-        num_warps=config["num_warps"], num_stages=config["num_stages"],
-    )
-    _group_norm_split_normalize_kernel[(rows, split)](
-        x, y, *params, mean, rstd, partials, groups, cg, hw, chunk, eps, *xs, *ys, SPLIT=split, **meta
-    )
+    stats_kernel = _group_norm_split_stats_kernel[(rows, split)]
+    normalize_kernel = _group_norm_split_normalize_kernel[(rows, split)]
+
+    def launch_split(x, y, weight, bias, mean, rstd, eps):
+        partials = torch.empty((rows, split, 2), dtype=torch.float64, device=x.device)
+        stats_kernel(x, partials, groups, cg, hw, chunk, *strides[:3], SPLIT=split, BLOCK_C=block_c,
+                     BLOCK_HW=block_hw, num_warps=config["num_warps"], num_stages=config["num_stages"])
+        normalize_kernel(x, y, x if weight is None else weight, x if bias is None else bias, mean, rstd, partials,
+                         groups, cg, hw, chunk, eps, *strides, SPLIT=split, **meta)
+    return launch_split
+
+
+def _launch(x, y, weight, bias, mean, rstd, groups: int, eps: float, activation: str, config: dict) -> None:
+    """y and the saved statistics of group_norm(x) with one config (see `_launcher`)."""
+    _launcher(x, y, groups, activation, weight is not None, bias is not None, config)(x, y, weight, bias, mean, rstd, eps)
 
 
 def _run(x, y, mean, rstd, weight, bias, groups: int, eps: float, activation: str, config: dict) -> None:
@@ -285,6 +296,16 @@ SPEC = KernelSpec(
 _TUNED = runtime.tuned(SPEC)
 
 
+def _plan(x, y, groups: int, activation: str, has_weight: bool, has_bias: bool):
+    """(config, launcher) of a call on x into y, or False where their spatial dims go through copies;
+    ValueError if a sample of x spans too much (decided by the shape and strides, like the plan)."""
+    check_span(x)
+    config = lookup_config(_TUNED, x, groups, activation)
+    if flat_strides(x) is None or flat_strides(y) is None:
+        return False
+    return config, _launcher(x, y, groups, activation, has_weight, has_bias, config)
+
+
 def _forward(x, weight, bias, groups: int, eps: float, activation: str):
     """(y, mean, rstd) with the tuned config: y in x's memory format; the statistics (N, groups), the
     mean in float64 (see `accumulator` for why), rstd in float32."""
@@ -293,9 +314,19 @@ def _forward(x, weight, bias, groups: int, eps: float, activation: str):
     mean = stats((x.shape[0], groups), dtype=torch.float64, device=x.device)
     rstd = stats((x.shape[0], groups), dtype=torch.float32, device=x.device)
     if x.numel():
-        config = lookup_config(_TUNED, x, groups, activation)
-        runtime.note_launch(SPEC.name, config)
-        _run(x, y, mean, rstd, weight, bias, groups, eps, activation, config)
+        # Planned (and the span checked) once per call shape: empty_like gives y the same strides for
+        # the same x.
+        has_weight, has_bias = weight is not None, bias is not None
+        plan = _TUNED.derived((x.dtype, x.shape, x.stride(), groups, activation, has_weight, has_bias),
+                              lambda: _plan(x, y, groups, activation, has_weight, has_bias))
+        if plan:
+            config, launch = plan
+            runtime.note_launch(SPEC.name, config)
+            launch(x, y, weight, bias, mean, rstd, eps)
+        else:
+            config = lookup_config(_TUNED, x, groups, activation)
+            runtime.note_launch(SPEC.name, config)
+            _run(x, y, mean, rstd, weight, bias, groups, eps, activation, config)
     return y, mean, rstd
 
 
@@ -331,6 +362,19 @@ def _backward_of_forward(ctx, dy, _dmean, _drstd):
 
 
 _forward_op.register_autograd(_backward_of_forward, setup_context=_setup_context)
+
+
+class _GroupNormFunction(torch.autograd.Function):
+    """The custom op's autograd without its dispatch, for eager calls: the same forward, saved context
+    and backward (torch.compile traces the custom op)."""
+
+    @staticmethod
+    def forward(ctx, x, weight, bias, groups: int, eps: float, activation: str):
+        output = _forward(x, weight, bias, groups, eps, activation)
+        _setup_context(ctx, (x, weight, bias, groups, eps, activation), output)
+        return output
+
+    backward = staticmethod(_backward_of_forward)
 
 
 def group_norm(
@@ -376,8 +420,12 @@ def group_norm(
     if activation is not None and activation not in ("silu", "mish"):
         raise ValueError(f"activation must be None, 'silu' or 'mish', got {activation!r}")
     act = activation or "none"
-    check_span(x)
-    needs_grad = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (x, weight, bias))
-    if needs_grad or torch.compiler.is_compiling():
-        return _forward_op(x, weight, bias, num_groups, float(eps), act)[0]
-    return _forward(x, weight, bias, num_groups, float(eps), act)[0]  # no dispatcher on the inference path
+    eager = not torch.compiler.is_compiling() and type(x) in _checks.EAGER_TYPES
+    if not (eager and x.numel()):
+        check_span(x)  # eager calls on data check it where they plan the launch, once per call shape
+    if not eager:
+        return _forward_op(x, weight, bias, num_groups, float(eps), act)[0]  # what torch.compile traces
+    if torch.is_grad_enabled() and (x.requires_grad or weight is not None and weight.requires_grad
+                                    or bias is not None and bias.requires_grad):
+        return _GroupNormFunction.apply(x, weight, bias, num_groups, float(eps), act)[0]
+    return _forward(x, weight, bias, num_groups, float(eps), act)[0]  # no graph to record

@@ -5,8 +5,6 @@ public functions (torch custom ops with autograd through the tuned backward kern
 from __future__ import annotations
 
 import math
-import numbers
-from collections.abc import Sequence
 
 import torch
 import triton
@@ -14,6 +12,7 @@ import triton.language as tl
 
 from autotune import runtime
 from autotune.kernels import _checks
+from autotune.kernels import _norm_checks
 from autotune.kernels import _norm_problems as problems_
 from autotune.kernels import layer_norm_backward as backward_
 from autotune.kernels._rounding import round_to
@@ -182,21 +181,27 @@ def _norm_looped_kernel(
 _KERNELS = {"single": _norm_single_kernel, "looped": _norm_looped_kernel}
 
 
+def _launcher(config: dict, rms: bool, has_residual: bool, has_weight: bool, has_bias: bool, n_rows: int):
+    """(the kernel bound to its grid, its compile-time arguments) for a launch on n_rows rows with one config."""
+    rows_per_program = config["ROWS_PER_PROGRAM"]
+    meta = dict(IS_RMS=rms, HAS_RESIDUAL=has_residual, HAS_WEIGHT=has_weight, HAS_BIAS=has_bias,
+                BLOCK_N=config["BLOCK_N"], ROWS_PER_PROGRAM=rows_per_program,
+                num_warps=config["num_warps"], num_stages=config["num_stages"])
+    return _KERNELS[config["variant"]][(-(-n_rows // rows_per_program),)], meta
+
+
 def launch_rows(x, residual, weight, bias, y, h, mean, rstd, eps: float, rms: bool, config: dict) -> None:
     """Normalize the (rows, N) x (plus residual, into h) into y with one config. The float32 row
     statistics go to rstd (rows,) and, for layer_norm, mean (2, rows): the mean as the sum of its two rows.
     Every row-shaped tensor has unit column stride."""
     n_rows, n_cols = x.shape
-    rows_per_program = config["ROWS_PER_PROGRAM"]
+    kernel, meta = _launcher(config, rms, residual is not None, weight is not None, bias is not None, n_rows)
     # Absent tensors are never read (their constexpr flag is off); x stands in as a valid pointer.
-    _KERNELS[config["variant"]][(triton.cdiv(n_rows, rows_per_program),)](
+    kernel(
         x, x if residual is None else residual, x if weight is None else weight, x if bias is None else bias,
         y, y if h is None else h, rstd if mean is None else mean, rstd,
         n_rows, n_cols, x.stride(0), 0 if residual is None else residual.stride(0), y.stride(0),
-        0 if h is None else h.stride(0), eps,
-        IS_RMS=rms, HAS_RESIDUAL=residual is not None, HAS_WEIGHT=weight is not None, HAS_BIAS=bias is not None,
-        BLOCK_N=config["BLOCK_N"], ROWS_PER_PROGRAM=rows_per_program,
-        num_warps=config["num_warps"], num_stages=config["num_stages"],
+        0 if h is None else h.stride(0), eps, **meta,
     )
 
 
@@ -273,6 +278,13 @@ RMS_NORM = _spec("rms_norm", rms=True)
 _TUNED = {False: runtime.tuned(LAYER_NORM), True: runtime.tuned(RMS_NORM)}
 
 
+def _config(rms: bool, dtype: torch.dtype, m: int, n: int, has_res: bool) -> dict:
+    return _TUNED[rms].lookup(
+        dtype, (m, n, has_res), lambda: bucket({"shape": [m, n], "residual": has_res}),
+        lambda: {"shape": [m, n], "residual": has_res},
+    )
+
+
 def forward_rows(x, weight, bias, residual, eps: float, rms: bool):
     """The tuned forward on (rows, N) tensors: (y, h or an empty tensor, mean (2, rows) or empty, rstd)."""
     m, n = x.shape
@@ -284,13 +296,42 @@ def forward_rows(x, weight, bias, residual, eps: float, rms: bool):
     mean = rstd.new_empty((0,) if rms else (2, m))
     if y.numel():
         has_res = residual is not None
-        config = _TUNED[rms].lookup(
-            x.dtype, (m, n, has_res), lambda: bucket({"shape": [m, n], "residual": has_res}),
-            lambda: {"shape": [m, n], "residual": has_res},
-        )
+        config = _config(rms, x.dtype, m, n, has_res)
         runtime.note_launch("rms_norm" if rms else "layer_norm", config)
         launch_rows(x, residual, weight, bias, y, h if has_res else None, None if rms else mean, rstd, eps, rms, config)
     return y, h, mean, rstd
+
+
+def _plan(rms: bool, dtype: torch.dtype, m: int, n: int, has_res: bool, has_weight: bool, has_bias: bool):
+    """(config, kernel bound to its grid, compile-time arguments) of a call on m contiguous rows of n."""
+    config = _config(rms, dtype, m, n, has_res)
+    return (config, *_launcher(config, rms, has_res, has_weight, has_bias, m))
+
+
+def _forward_contiguous(x, weight, bias, residual, eps: float, rms: bool, n: int, keep_mean: bool):
+    """(y, h or None, mean or None) for a non-empty contiguous x, residual and parameters, y and h in x's
+    shape: rows are addressed in place at stride n, the launch is planned once per call shape, and no
+    view is made. mean (layer_norm's (2, rows) row means) only if keep_mean."""
+    m = x.numel() // n
+    has_res, has_weight, has_bias = residual is not None, weight is not None, bias is not None
+    config, kernel, meta = _TUNED[rms].derived(
+        (x.dtype, m, n, has_res, has_weight, has_bias),
+        lambda: _plan(rms, x.dtype, m, n, has_res, has_weight, has_bias),
+    )
+    y = torch.empty_like(x)  # contiguous like x; no memory_format argument, whose parsing costs 1 us
+    h = torch.empty_like(x) if has_res else None
+    keep_mean = keep_mean and not rms
+    if keep_mean:
+        mean = torch.empty((2, m), dtype=torch.float32, device=x.device)
+        rstd = torch.empty(m, dtype=torch.float32, device=x.device)
+    else:
+        # Statistics nobody reads (the backward recomputes rstd): mean and rstd share one buffer, which
+        # the kernel only writes. An allocation less, about 2 us of host time.
+        mean = rstd = x.new_empty(m if rms else 2 * m, dtype=torch.float32)
+    runtime.note_launch("rms_norm" if rms else "layer_norm", config)
+    kernel(x, residual if has_res else x, weight if has_weight else x, bias if has_bias else x, y,
+           h if has_res else y, mean, rstd, m, n, n, n if has_res else 0, n, n if has_res else 0, eps, **meta)
+    return y, h, mean if keep_mean else None
 
 
 @torch.library.custom_op("autotune::fused_norm", mutates_args=())
@@ -319,67 +360,74 @@ def _setup_context(ctx, inputs, output) -> None:
     ctx.eps, ctx.rms, ctx.has_residual = eps, rms, residual is not None
 
 
-def _fused_norm_backward(ctx, dy, dh, _dmean, _drstd):
-    x, weight, bias, mean = ctx.saved_tensors
+def _grads(backward, dy, dh, x, weight, bias, mean, eps: float, rms: bool, has_residual: bool):
+    """(dx, dweight, dbias, dresidual) through backward (the backward op, or backward_rows itself) from dy
+    and dh, None where the outputs got no gradient; x, dy and dh are (rows, N), the parameters flat."""
     if dy is None and dh is None:
-        return None, None, None, None, None, None
+        return None, None, None, None
     if dy is None:
         dy = torch.zeros_like(x)
-    dx, dw, db = torch.ops.autotune.fused_norm_backward(dy, x, weight, bias, mean, dh, ctx.eps, ctx.rms)
-    return (dx, None if weight is None else dw, None if bias is None else db,
-            dx if ctx.has_residual else None, None, None)
+    dx, dw, db = backward(dy, x, weight, bias, mean, dh, eps, rms)
+    return dx, None if weight is None else dw, None if bias is None else db, dx if has_residual else None
+
+
+def _fused_norm_backward(ctx, dy, dh, _dmean, _drstd):
+    x, weight, bias, mean = ctx.saved_tensors
+    grads = _grads(torch.ops.autotune.fused_norm_backward, dy, dh, x, weight, bias, mean, ctx.eps, ctx.rms,
+                   ctx.has_residual)
+    return (*grads, None, None)
 
 
 _fused_norm.register_autograd(_fused_norm_backward, setup_context=_setup_context)
 
 
-def _normalized_shape(normalized_shape) -> tuple[int, ...]:
-    dims = (normalized_shape,) if isinstance(normalized_shape, numbers.Integral) else normalized_shape
-    if (not isinstance(dims, Sequence) or isinstance(dims, str)
-            or not all(isinstance(d, numbers.Integral) and not isinstance(d, bool) for d in dims)):
-        raise TypeError(f"normalized_shape must be an int or a sequence of ints, got {normalized_shape!r}")
-    if not dims:
-        raise ValueError("normalized_shape must name at least one dim, got ()")
-    return tuple(int(d) for d in dims)
+class _ContiguousNorm(torch.autograd.Function):
+    """The custom op's forward and backward for eager calls that record a graph, on contiguous tensors,
+    without the op's dispatch (about 150 us of host time per call on a CPU) and without views of tensors
+    that require grad. torch.compile traces the custom op instead."""
 
+    @staticmethod
+    def forward(ctx, x, weight, bias, residual, eps: float, rms: bool, n: int):
+        y, h, mean = _forward_contiguous(x, weight, bias, residual, eps, rms, n, keep_mean=True)
+        ctx.set_materialize_grads(False)
+        ctx.save_for_backward(x if residual is None else h, weight, bias, mean)  # as _setup_context does
+        ctx.eps, ctx.rms, ctx.has_residual, ctx.n = eps, rms, residual is not None, n
+        return y, h
 
-def _check_param(name: str, t, x: torch.Tensor, shape: tuple[int, ...]) -> None:
-    if t is None:
-        return
-    _checks.float_tensor(name, t, (x.dtype, torch.float32))
-    _checks.same_device("x", x, name, t)
-    if tuple(t.shape) != shape:
-        raise ValueError(f"{name} must have shape normalized_shape {shape}, got {tuple(t.shape)}")
+    @staticmethod
+    def backward(ctx, dy, dh):
+        x, weight, bias, mean = ctx.saved_tensors
+        n = ctx.n
 
+        def rows(t):
+            return None if t is None else t.reshape(-1, n)
 
-def _check(x, normalized_shape, weight, bias, eps, residual, *, eps_may_be_none: bool) -> tuple[int, ...]:
-    _checks.float_tensor("x", x)
-    shape = _normalized_shape(normalized_shape)
-    if x.dim() < len(shape) or tuple(x.shape[x.dim() - len(shape):]) != shape:
-        raise ValueError(f"normalized_shape {shape} must be the trailing dims of x, got x of shape {tuple(x.shape)}")
-    _check_param("weight", weight, x, shape)
-    _check_param("bias", bias, x, shape)
-    if residual is not None:
-        _checks.float_tensor("residual", residual)
-        _checks.same_device("x", x, "residual", residual)
-        _checks.same_dtype("x", x, "residual", residual)
-        _checks.same_shape("x", x, "residual", residual)
-    if eps is None and eps_may_be_none:
-        return shape
-    if not isinstance(eps, numbers.Real) or isinstance(eps, bool):
-        raise TypeError(f"eps must be a float, got {type(eps).__name__}")
-    if not eps >= 0 or math.isinf(eps):
-        raise ValueError(f"eps must be a finite float >= 0, got {eps}")
-    return shape
+        dx, dw, db, dres = _grads(backward_.backward_rows, rows(dy), rows(dh), x.view(-1, n), backward_.flat(weight),
+                                  backward_.flat(bias), mean, ctx.eps, ctx.rms, ctx.has_residual)
+        return (None if dx is None else dx.view(x.shape), None if dw is None else dw.view(weight.shape),
+                None if db is None else db.view(bias.shape), None if dres is None else dres.view(x.shape),
+                None, None, None)
 
 
 def _norm(x, shape, weight, bias, eps: float, residual, rms: bool):
-    args = (backward_.as_rows(x, len(shape)), backward_.flat(weight), backward_.flat(bias),
-            backward_.as_rows(residual, len(shape)), float(eps), rms)
-    grad = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (x, weight, bias, residual))
-    if grad or torch.compiler.is_compiling():
-        y, h, _, _ = _fused_norm(*args)
-    else:  # no graph to record: skip the custom op's dispatch
+    eps = float(eps)
+    eager = not torch.compiler.is_compiling() and type(x) in _checks.EAGER_TYPES
+    grad = torch.is_grad_enabled() and (x.requires_grad or weight is not None and weight.requires_grad
+                                        or bias is not None and bias.requires_grad
+                                        or residual is not None and residual.requires_grad)
+    if (eager and x.is_contiguous() and x.numel() and (residual is None or residual.is_contiguous())
+            and (weight is None or weight.is_contiguous()) and (bias is None or bias.is_contiguous())):
+        n = shape[0] if len(shape) == 1 else math.prod(shape)
+        if grad:
+            y, h = _ContiguousNorm.apply(x, weight, bias, residual, eps, rms, n)
+        else:
+            y, h, _ = _forward_contiguous(x, weight, bias, residual, eps, rms, n, keep_mean=False)
+        return y if residual is None else (y, h)
+    k = len(shape)
+    args = (backward_.as_rows(x, k), backward_.flat(weight), backward_.flat(bias), backward_.as_rows(residual, k), eps, rms)
+    if grad or not eager:
+        y, h, _, _ = _fused_norm(*args)  # also what torch.compile traces
+    else:
         y, h, _, _ = forward_rows(*args)
     y = y.view(x.shape)
     return y if residual is None else (y, h.view(x.shape))
@@ -393,7 +441,7 @@ def layer_norm(x: torch.Tensor, normalized_shape, weight: torch.Tensor | None = 
     exact sum, the returned sum is rounded to x's dtype. Differentiable in x, weight, bias and residual through tuned backward kernels; a torch custom op, so
     it works under torch.compile(fullgraph=True).
     """
-    shape = _check(x, normalized_shape, weight, bias, eps, residual, eps_may_be_none=False)
+    shape = _norm_checks.check(x, normalized_shape, weight, bias, eps, residual, eps_may_be_none=False)
     return _norm(x, shape, weight, bias, eps, residual, rms=False)
 
 
@@ -406,5 +454,5 @@ def rms_norm(x: torch.Tensor, normalized_shape, weight: torch.Tensor | None = No
     exact sum, the returned sum is rounded to x's dtype. Differentiable in x, weight and residual through tuned backward kernels; a torch custom op, so it
     works under torch.compile(fullgraph=True).
     """
-    shape = _check(x, normalized_shape, weight, None, eps, residual, eps_may_be_none=True)
+    shape = _norm_checks.check(x, normalized_shape, weight, None, eps, residual, eps_may_be_none=True)
     return _norm(x, shape, weight, None, problems_.RMS_NORM_DEFAULT_EPS if eps is None else eps, residual, rms=True)

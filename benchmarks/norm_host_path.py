@@ -1,0 +1,202 @@
+"""Host time per call of the public layer_norm, rms_norm and group_norm (softmax for reference): what one
+call costs the CPU before the GPU sees any work.
+
+    python benchmarks/norm_host_path.py                  # this tree: one JSON object on stdout
+    python benchmarks/norm_host_path.py --tree before=/path/to/old --tree after=. --out benchmarks/results/NAME
+
+--launch stub (the default; the only choice under the Triton interpreter, whose launches say nothing about
+a GPU's): the Triton kernels are replaced, in this process only, by a no-op that takes the same arguments,
+so the time is the host path without the launch. --launch real (GPU): the kernels launch, with one
+synchronize per repeat; shapes are small, so the host, not the GPU, sets the pace.
+
+With --tree LABEL=PATH (once or more), each round runs this script once per tree in a subprocess that
+imports that tree's `autotune` (PYTHONPATH=PATH), trees alternating, so load on the machine hits them alike;
+the report gives each case's median and minimum over every repeat of every round, as a table (.md) and .json.
+"""
+
+from __future__ import annotations
+
+import autotune  # first: picks the Triton interpreter when there is no GPU, before Triton is imported
+import argparse
+import datetime
+import importlib
+import json
+import os
+import pathlib
+import platform
+import statistics
+import subprocess
+import sys
+import warnings
+
+import torch
+from tabulate import tabulate
+
+from autotune import gpu
+from hot_path import per_call_samples_us
+
+CASES = [
+    # (label, kernel, shape, inputs that require grad)
+    ("layer_norm", "layer_norm", "64x512", False),
+    ("layer_norm +res", "layer_norm", "64x512+res", False),
+    ("rms_norm", "rms_norm", "64x512", False),
+    ("rms_norm +res", "rms_norm", "64x512+res", False),
+    ("group_norm silu", "group_norm", "2x64x8x8,groups=8,activation=silu", False),
+    ("group_norm silu channels_last", "group_norm", "2x64x8x8,groups=8,activation=silu,layout=channels_last", False),
+    ("layer_norm +res, x requires grad", "layer_norm", "64x512+res", True),
+    ("rms_norm +res, x requires grad", "rms_norm", "64x512+res", True),
+    ("group_norm silu, x requires grad", "group_norm", "2x64x8x8,groups=8,activation=silu", True),
+    ("softmax (reference)", "softmax", "64x512", False),
+]
+KERNEL_MODULES = {
+    "autotune.kernels.layer_norm": ("_KERNELS",),
+    "autotune.kernels.fused_softmax": ("_KERNELS",),
+    "autotune.kernels.group_norm": ("_group_norm_single_kernel", "_group_norm_looped_kernel",
+                                    "_group_norm_split_stats_kernel", "_group_norm_split_normalize_kernel"),
+}
+
+
+class _NoLaunch:
+    """Stands in for a @triton.jit kernel: kernel[grid](*args, **meta) does nothing."""
+
+    def __getitem__(self, grid):
+        return self._launch
+
+    @staticmethod
+    def _launch(*args, **kwargs) -> None:
+        return None
+
+
+def stub_launches() -> None:
+    """Replace every kernel the forward norms and softmax launch with _NoLaunch, before any call."""
+    for module_name, names in KERNEL_MODULES.items():
+        module = importlib.import_module(module_name)
+        for name in names:
+            kernels = getattr(module, name)
+            if isinstance(kernels, dict):
+                setattr(module, name, {variant: _NoLaunch() for variant in kernels})
+            else:
+                setattr(module, name, _NoLaunch())
+
+
+def make_call(kernel: str, shape: str, grad: bool, dtype: torch.dtype):
+    spec = autotune.get(kernel)
+    inputs = spec.make_inputs(spec.parse_shape(shape), dtype, gpu.device(), 0)
+    if grad:
+        inputs["x"].requires_grad_(True)
+    return lambda: spec.public(inputs)
+
+
+def measure(launch: str, calls: int, repeats: int, dtype: torch.dtype) -> dict:
+    if launch == "real" and gpu.interpreter_active():
+        raise SystemExit("--launch real times GPU launches; under the Triton interpreter use --launch stub")
+    if launch == "stub":
+        stub_launches()
+    warnings.simplefilter("ignore")  # "no tuned configs" on this machine: the default config is launched
+    rows = {label: per_call_samples_us(make_call(kernel, shape, grad, dtype), calls, repeats)
+            for label, kernel, shape, grad in CASES}
+    return {"autotune": str(pathlib.Path(autotune.__file__).parent), "launch": launch, "rows": rows}
+
+
+def cpu_name() -> str:
+    cpuinfo = pathlib.Path("/proc/cpuinfo")
+    if cpuinfo.exists():
+        for line in cpuinfo.read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    return platform.processor() or platform.machine()
+
+
+def compare(trees: list[tuple[str, str]], args) -> dict:
+    """Rounds of one subprocess per tree, trees alternating; every repeat of every round pooled per case."""
+    samples = {label: {case[0]: [] for case in CASES} for label, _ in trees}
+    imported = {}
+    for _ in range(args.rounds):
+        for label, path in trees:
+            env = dict(os.environ, PYTHONPATH=str(pathlib.Path(path).resolve()))
+            out = subprocess.run(
+                [sys.executable, __file__, "--launch", args.launch, "--calls", str(args.calls),
+                 "--repeats", str(args.repeats), "--dtype", args.dtype],
+                env=env, check=True, capture_output=True, text=True,
+            ).stdout
+            result = json.loads(out)
+            imported[label] = result["autotune"]
+            for case, values in result["rows"].items():
+                samples[label][case].extend(values)
+    for label, path in trees:
+        if pathlib.Path(imported[label]).resolve() != (pathlib.Path(path).resolve() / "autotune"):
+            raise SystemExit(f"tree {label} imported autotune from {imported[label]}, not from {path}")
+    info = gpu.current_gpu()
+    return {
+        "what": f"host time per public call, launch {args.launch}",
+        "machine": f"{cpu_name()} with {info.device_name}", "cpus": os.cpu_count(), "gpu": info.name,
+        "torch": torch.__version__, "dtype": args.dtype,
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "rounds": args.rounds, "calls": args.calls, "repeats": args.repeats,
+        "trees": {label: imported[label] for label, _ in trees},
+        "samples_us": samples,
+    }
+
+
+def table(report: dict) -> str:
+    labels = list(report["trees"])
+    first, last = labels[0], labels[-1]
+    rows = []
+    for case, _, shape, _ in CASES:
+        row = [case, shape]
+        for label in labels:
+            values = report["samples_us"][label][case]
+            row += [statistics.median(values), min(values)]
+        if len(labels) > 1:
+            a, b = (statistics.median(report["samples_us"][label][case]) for label in (first, last))
+            row += [a - b, a / b]
+        rows.append(row)
+    headers = ["call", "shape"]
+    for label in labels:
+        headers += [f"{label} median us", f"{label} min us"]
+    if len(labels) > 1:
+        headers += [f"saved us ({first} - {last}, medians)", f"{first} / {last}"]
+    return tabulate(rows, headers=headers, tablefmt="github", floatfmt=".1f")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--launch", choices=("stub", "real"), default="stub")
+    parser.add_argument("--calls", type=int, default=2000, help="calls per repeat")
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--dtype", default="bf16")
+    parser.add_argument("--tree", action="append", default=[], metavar="LABEL=PATH",
+                        help="a source tree to time (repeat to compare), each imported in its own subprocess")
+    parser.add_argument("--rounds", type=int, default=5, help="with --tree: subprocesses per tree")
+    parser.add_argument("--out", help="with --tree: write OUT.md and OUT.json")
+    parser.add_argument("--note", help="with --out: a paragraph for the report (what the trees are)")
+    args = parser.parse_args()
+    if not args.tree:
+        from autotune.spec import dtype_from_name
+
+        print(json.dumps(measure(args.launch, args.calls, args.repeats, dtype_from_name(args.dtype))))
+        return
+    trees = [tuple(t.split("=", 1)) for t in args.tree]
+    if any(len(t) != 2 for t in trees):
+        parser.error("--tree takes LABEL=PATH")
+    report = compare(trees, args)
+    text = table(report)
+    print(text)
+    if args.out:
+        out = pathlib.Path(args.out)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.with_suffix(".json").write_text(json.dumps(report, indent=1))
+        launch = ("launch excluded: every Triton kernel replaced, in the measuring process only, by a no-op "
+                  "taking the same arguments" if args.launch == "stub"
+                  else "launch included: the real kernels, one synchronize per repeat")
+        header = (f"Host time per call of the public functions ({launch}), {args.dtype}, on {report['machine']} "
+                  f"({report['cpus']} CPUs), torch {report['torch']}, {report['date']}.\n"
+                  f"Mean time per call in each repeat of {args.calls} calls; median and minimum over "
+                  f"{args.rounds} rounds x {args.repeats} repeats, trees alternating round by round "
+                  f"({', '.join(f'{label}: {path}' for label, path in trees)}).\n\n"
+                  + (args.note + "\n\n" if args.note else ""))
+        out.with_suffix(".md").write_text(header + text + "\n")
+
+
+if __name__ == "__main__":
+    main()
