@@ -71,7 +71,7 @@ for stage in "$@"; do
     quality)
       python3 benchmarks/search_quality.py --kernel softmax --dtype bf16 ${QUALITY_SHAPES:---shape 4096x4096 --shape 4096x32768 --shape 1024x131072} --out "$OUT/search-quality-$GPU-$stamp" ;;
     multi-gpu)
-      python3 benchmarks/multi_gpu.py --kernel softmax --dtype bf16 --shape 4096x4096 --trials "${TRIALS_MULTI:-60}" --gpus 2 --out "$OUT/multi-gpu-$GPU-$stamp" ;;
+      python3 benchmarks/multi_gpu.py --kernel softmax --dtype bf16 --shape 4096x4096 --trials "${TRIALS_MULTI:-60}" --gpus 2 --runs "${MULTI_RUNS:-}" --out "$OUT/multi-gpu-$GPU-$stamp" ;;
     *) echo "unknown stage $stage"; exit 2 ;;
   esac
 done

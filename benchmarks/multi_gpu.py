@@ -67,6 +67,8 @@ def main() -> None:
     parser.add_argument("--examples", type=int, default=20)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--gpus", type=int, default=2, help="largest GPU count to time (1..this)")
+    parser.add_argument("--runs", default="", help="comma-separated runs to time, of search, gpus=1, .., gpus=N "
+                        "(default: all of them, in that order)")
     parser.add_argument("--out", required=True, help="output path without extension")
     args = parser.parse_args()
 
@@ -77,7 +79,14 @@ def main() -> None:
     available = torch.cuda.device_count()
     if available < args.gpus:
         raise SystemExit(f"--gpus {args.gpus} asked for, but this machine has {available} GPU(s)")
-    runs = [run(label, spec, jobs, args) for label in ["search", *(f"gpus={n}" for n in range(1, args.gpus + 1))]]
+    labels = args.runs.split(",") if args.runs else ["search", *(f"gpus={n}" for n in range(1, args.gpus + 1))]
+    runs = []
+    for label in labels:
+        runs.append(run(label, spec, jobs, args))
+        write_report(runs, spec, jobs, available, args)  # after each run, so a cut-off call keeps what finished
+
+
+def write_report(runs: list[dict], spec, jobs, available: int, args) -> None:
     info = gpu.current_gpu()
     report = {
         "gpu": info.name, "device": info.device_name, "gpus_available": available,
@@ -89,17 +98,17 @@ def main() -> None:
     out = pathlib.Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.with_suffix(".json").write_text(json.dumps(report, indent=2, default=str))
-    base = runs[1]["seconds"]
+    base = next((r["seconds"] for r in runs if r["label"] == "gpus=1"), None)
     lines = [
         f"# {spec.name}: {args.trials} evaluations per study, {len(jobs)} studies, on {info.device_name} ({report['date']})",
         "", "| run | seconds | evaluations | evaluations/s | speedup vs gpus=1 |", "| --- | --- | --- | --- | --- |",
     ]
-    lines += [
-        f"| {r['label']} | {r['seconds']:.1f} | {r['evaluations']} | {r['evaluations'] / r['seconds']:.2f} | {base / r['seconds']:.2f} |"
-        for r in runs
-    ]
+    for r in runs:
+        speedup = f"{base / r['seconds']:.2f}" if base else "-"
+        lines.append(f"| {r['label']} | {r['seconds']:.1f} | {r['evaluations']} | "
+                     f"{r['evaluations'] / r['seconds']:.2f} | {speedup} |")
     out.with_suffix(".md").write_text("\n".join(lines) + "\n")
-    print("\n".join(lines))
+    print("\n".join(lines), flush=True)
 
 
 if __name__ == "__main__":
