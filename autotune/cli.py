@@ -143,6 +143,8 @@ def verify(kernel: str, config_json: str | None, dtypes: tuple[str, ...], exampl
               help="Seconds between a worker's heartbeats on a server storage (default 10); a trial 3 beats late is retried.")
 @click.option("--examples", default=20, show_default=True,
               help="Distinct Hypothesis problems per trial that its config applies to.")
+@click.option("--final-examples", default=100, show_default=True, type=click.IntRange(min=1),
+              help="Distinct problems (on another seed) the fastest configs are re-verified on before one is stored.")
 @click.option("--seed", default=0, show_default=True)
 @click.option("--compile-workers", type=click.IntRange(min=0),
               help="Processes compiling candidates ahead (default: up to 8 on a GPU, none under the interpreter).")
@@ -153,7 +155,7 @@ def verify(kernel: str, config_json: str | None, dtypes: tuple[str, ...], exampl
               help="Seconds one config may take in the worker before it is killed and recorded as timeout [default: 300].")
 @click.option("--format", "fmt", type=FORMATS, default="table", show_default=True)
 def search(kernel, gpu_name, dtypes, shapes, trials, timeout, sampler, db_url, storage, workers, gpus, heartbeat, examples,
-           seed, compile_workers, isolate, trial_timeout, fmt) -> None:
+           final_examples, seed, compile_workers, isolate, trial_timeout, fmt) -> None:
     """Tune KERNEL on this GPU: one Optuna study per dtype and shape bucket; store the best."""
     from tqdm import tqdm
 
@@ -179,7 +181,8 @@ def search(kernel, gpu_name, dtypes, shapes, trials, timeout, sampler, db_url, s
             raise click.UsageError("--compile-workers is for a one-process search; not with --storage, --workers or --gpus")
         jobs = [(problem, dtype) for dtype in _dtypes(dtypes, spec) for problem in problems]
         options = dict(gpu_name=gpu_name, trials=trials, timeout=timeout, sampler=sampler, storage=storage, seed=seed,
-                       examples=examples, **({"heartbeat_s": heartbeat} if heartbeat else {}))
+                       examples=examples, final_examples=final_examples,
+                       **({"heartbeat_s": heartbeat} if heartbeat else {}))
         _emit([_search_row(spec, r) for r in _search_shared(spec, jobs, db_url, workers, gpus, options)], fmt)
         return
     rows = []
@@ -197,7 +200,8 @@ def search(kernel, gpu_name, dtypes, shapes, trials, timeout, sampler, db_url, s
 
                     result = run_search(
                         spec, problem, dtype, gpu_name=gpu_name, trials=trials, timeout=timeout, sampler=sampler,
-                        store=store, storage=storage, seed=seed, examples=examples, on_trial=tick,
+                        store=store, storage=storage, seed=seed, examples=examples, final_examples=final_examples,
+                        on_trial=tick,
                         compile_workers=pool, isolate=isolate, trial_timeout=trial_timeout,
                     )
                 phases = ", ".join(f"{k} {v:.1f}" for k, v in result.seconds.items())

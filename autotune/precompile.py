@@ -72,20 +72,25 @@ class CompilePool:
 
     def compile(self, spec: KernelSpec, problems: Sequence[Problem], dtype: torch.dtype, configs: Iterable[Config]) -> int:
         """Compile configs in parallel for every problem they will run on (each layout, alignment and size
-        class is its own Triton specialization); returns how many built, once all are done (or timed out)."""
+        class is its own Triton specialization); returns how many built, once all are done (or timed out).
+        Fewer configs than workers split their problems across the idle ones (a row's re-verification, a
+        search's final check: one config, hundreds of problems)."""
         name = importable_name(spec)
         if name is None:
             raise ValueError(f"kernel {spec.name!r} cannot be imported by a worker process: define it in a module")
-        args = (name, json.dumps(list(problems), sort_keys=True), DTYPE_NAMES[dtype])
+        configs, problems = list(configs), list(problems)
+        pieces = max(1, min(len(problems), -(-self.workers // max(1, len(configs)))))
+        chunks = [json.dumps(problems[i::pieces], sort_keys=True) for i in range(pieces)]
         try:
-            futures = [self._pool.submit(_compile, *args, json.dumps(c, sort_keys=True)) for c in configs]
+            futures = [[self._pool.submit(_compile, name, chunk, DTYPE_NAMES[dtype], json.dumps(c, sort_keys=True))
+                        for chunk in chunks] for c in configs]
         except BrokenProcessPool:  # a worker died as the pool started: nothing built this time
             self._restart()
             return 0
-        done, pending = concurrent.futures.wait(futures, timeout=self.timeout)
+        done, pending = concurrent.futures.wait([f for fs in futures for f in fs], timeout=self.timeout)
         if pending or any(isinstance(f.exception(), BrokenProcessPool) for f in done):
             self._restart()  # a compile that hangs or kills its process must not stall or break the next batch
-        return sum(1 for f in done if f.exception() is None and f.result() is None)
+        return sum(1 for fs in futures if all(f in done and f.exception() is None and f.result() is None for f in fs))
 
     def _restart(self) -> None:
         # ProcessPoolExecutor cannot stop a busy worker (shutdown would wait on it forever): kill them all.

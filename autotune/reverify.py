@@ -5,6 +5,7 @@ raises is reported as an error and left as it was; the run goes on with the next
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import secrets
@@ -14,8 +15,9 @@ from dataclasses import dataclass
 
 from autotune import gpu, registry, runtime
 from autotune.db import BestRow, ConfigStore
+from autotune.precompile import CompilePool, default_workers, importable_name
 from autotune.spec import KernelSpec, dtype_from_name
-from autotune.verify import exception_summary, verify
+from autotune.verify import draw_problems, exception_summary, verify
 
 DEFAULT_EXAMPLES = 200
 """Distinct Hypothesis problems per row by default (each one the row's config applies to); never fewer
@@ -34,6 +36,7 @@ class RowVerdict:
     examples: int = 0  # distinct problems the config was checked on
     detail: str = ""  # the minimal failing problem and why it fails, what verification raised, or why skipped
     recorded: bool = False  # the outcome is kept on the row (False where the row changed meanwhile)
+    compiled_ahead: bool = False  # its config was built for every problem by the compile pool before checking
 
 
 @dataclass(frozen=True)
@@ -72,6 +75,7 @@ def reverify_rows(
     examples: int | None = None,
     seed: int | None = None,
     on_row: Callable[[RowVerdict, int, int], None] | None = None,
+    compile_workers: int | None = None,
 ) -> Reverification:
     """Re-verify the best rows of `gpu_name` in store (of `kernels` only, if given) and record each outcome
     as soon as it is known, in its own transaction: an interrupted run keeps what it finished.
@@ -82,25 +86,33 @@ def reverify_rows(
             row's search verified.
         seed: None draws a fresh one; the seed used is returned and kept on every row.
         on_row: called with each verdict, the number of rows done and the number in all.
+        compile_workers: processes that compile each row's config for all its problems before it is checked
+            (None: as many as the search uses here; none under the interpreter).
     """
     here = gpu_to_verify(gpu_name)
     examples = DEFAULT_EXAMPLES if examples is None else examples
     if isinstance(examples, bool) or not isinstance(examples, int) or examples < 1:
         raise ValueError(f"examples must be a positive int, got {examples!r}")
+    workers = default_workers() if compile_workers is None else compile_workers
+    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 0:
+        raise ValueError(f"compile_workers must be an int >= 0, got {compile_workers!r}")
     seed = fresh_seed() if seed is None else seed
     given = {spec.name: spec for spec in kernels}
     rows = [r for r in store.best_rows(gpu=here.name) if not given or r.kernel in given]
     verdicts: list[RowVerdict] = []
-    for row in rows:
-        verdicts.append(_reverify_row(store, row, given.get(row.kernel), examples, seed))
-        if on_row is not None:
-            on_row(verdicts[-1], len(verdicts), len(rows))
+    with contextlib.ExitStack() as stack:
+        pool = stack.enter_context(CompilePool(workers)) if workers and rows else None
+        for row in rows:
+            verdicts.append(_reverify_row(store, row, given.get(row.kernel), examples, seed, pool))
+            if on_row is not None:
+                on_row(verdicts[-1], len(verdicts), len(rows))
     if any(v.result == "FAIL" and v.recorded for v in verdicts):
         runtime.clear_cache()  # this process stops serving the flagged rows too
     return Reverification(here.name, seed, examples, verdicts)
 
 
-def _reverify_row(store: ConfigStore, row: BestRow, spec: KernelSpec | None, examples: int, seed: int) -> RowVerdict:
+def _reverify_row(store: ConfigStore, row: BestRow, spec: KernelSpec | None, examples: int, seed: int,
+                  pool: CompilePool | None) -> RowVerdict:
     def skipped(why: str) -> RowVerdict:
         return RowVerdict(row.kernel, row.dtype, row.bucket, row.config_json, "skipped", detail=why)
 
@@ -117,9 +129,13 @@ def _reverify_row(store: ConfigStore, row: BestRow, spec: KernelSpec | None, exa
         return skipped(f"config not in {spec.name}'s space (the runtime ignores it): {exc}")
     problem = row.problem
     edges = spec.edges_for(problem) if problem else []  # the problem it was timed on, and its bucket's edges
+    dtype, asked = dtype_from_name(row.dtype), max(examples, row.examples_verified + 1)
+    compiled = False
     try:
-        result = verify(spec, config, dtype_from_name(row.dtype), examples=max(examples, row.examples_verified + 1),
-                        seed=seed, extra_problems=edges, extra_first=False)
+        if pool is not None and importable_name(spec) is not None:
+            drawn = draw_problems(spec, config, dtype, examples=asked, seed=seed)
+            compiled = pool.compile(spec, [spec.problem_for(p, dtype) for p in edges] + drawn, dtype, [config]) == 1
+        result = verify(spec, config, dtype, examples=asked, seed=seed, extra_problems=edges, extra_first=False)
     except Exception as exc:  # the gate itself broke (a spec's reference, torch, a lost CUDA context), not
         # shown to be the config's fault (a config's own errors are failures): leave the row as it was
         return RowVerdict(row.kernel, row.dtype, row.bucket, row.config_json, "error",
@@ -136,7 +152,7 @@ def _reverify_row(store: ConfigStore, row: BestRow, spec: KernelSpec | None, exa
     if not recorded:
         detail = (detail + "; " if detail else "") + "not recorded: the row changed during verification"
     return RowVerdict(row.kernel, row.dtype, row.bucket, row.config_json, "pass" if result.passed else "FAIL",
-                      result.examples, detail, recorded)
+                      result.examples, detail, recorded, compiled)
 
 
 def _raised_at(exc: BaseException) -> str:

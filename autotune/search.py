@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import time
@@ -17,7 +18,7 @@ from autotune.db import BestRow, ConfigStore, TrialRow
 from autotune.precompile import CompilePool
 from autotune.space import Config, Problem
 from autotune.spec import DTYPE_NAMES, KernelSpec
-from autotune.verify import ReferenceCache, VerifyResult, check_problem, outputs_like, verify
+from autotune.verify import ReferenceCache, VerifyResult, check_problem, draw_problems, outputs_like, verify
 
 SAMPLERS = ("tpe", "gp", "random", "grid")
 MAX_TRIALS_PER_EVALUATION = 4
@@ -135,7 +136,11 @@ class Evaluator:
         self.timing = {"warmup_ms": 25.0, "rep_ms": 100.0, "max_reps": 300}
         self.examples_passed: dict[str, int] = {}
         self.compiled_ahead = 0
-        self._drawn: list[Problem] = []
+        # What the gate will draw (as for the default config): compiled ahead from the first batch on.
+        self._drawn: list[Problem] = [
+            p for p in draw_problems(spec, spec.space.default, dtype, examples=examples, seed=seed, max_numel=max_numel)
+            if p not in self.edges
+        ]
         self.seconds: dict[str, float] = {}
         self._prepare()
 
@@ -208,7 +213,7 @@ class Evaluator:
             kind = "compile_error" if f.reason.startswith(COMPILE_ERRORS) else f.kind
             return TrialOutcome(number, config, kind, f.reason, example=f.problem)
         self.examples_passed[json.dumps(config, sort_keys=True)] = result.examples + 1
-        if not self._drawn:
+        if not self._drawn:  # the default's draws were none of them: those of the first config that passes
             self._drawn = [p for p in result.problems if p not in self.edges]
         timed = time.perf_counter()
         ms = bench.time_ms(lambda: self.spec.launch(self.inputs, config, self._out), **self.timing)
@@ -298,31 +303,38 @@ def search(
         if evaluator.evaluated() >= budget:
             study.stop()
 
-    started = time.perf_counter()
-    if isinstance(compile_workers, CompilePool):
-        _optimize_in_batches(study, objective, evaluator, compile_workers, budget, timeout)
-    elif compile_workers > 1:
-        with CompilePool(compile_workers, timeout=trial_timeout) as pool:
+    with contextlib.ExitStack() as stack:
+        pool = compile_workers if isinstance(compile_workers, CompilePool) else (
+            stack.enter_context(CompilePool(compile_workers, timeout=trial_timeout)) if compile_workers > 1 else None)
+        started = time.perf_counter()
+        if pool is not None:
             _optimize_in_batches(study, objective, evaluator, pool, budget, timeout)
-    else:
-        study.optimize(objective, n_trials=budget * MAX_TRIALS_PER_EVALUATION, timeout=timeout, callbacks=[enough], catch=())
-    evaluator.seconds["search"] = time.perf_counter() - started
+        else:
+            study.optimize(objective, n_trials=budget * MAX_TRIALS_PER_EVALUATION, timeout=timeout, callbacks=[enough],
+                           catch=())
+        evaluator.seconds["search"] = time.perf_counter() - started
 
-    result = SearchResult(
-        kernel=spec.name, gpu=info.name, dtype=DTYPE_NAMES[dtype], bucket=bucket, problem=problem,
-        best_config=None, best_ms=None, default_ms=None, baseline_ms=evaluator.baseline_ms(),
-        examples_verified=0, rate=None, trials=outcomes, evaluations=evaluator.evaluated(), study_name=name,
-        compiled_ahead=evaluator.compiled_ahead, seconds=evaluator.seconds,
-    )
-    result.default_ms = evaluator(dict(spec.space.default)).time_ms
-    try:
-        return conclude(
-            result, spec, dtype, info, examples_passed=evaluator.examples_passed, seed=seed,
-            final_examples=final_examples, max_numel=max_numel, store=store,
-            reverify=lambda config: evaluator.reverify(config, examples=final_examples, seed=seed + 1),
+        result = SearchResult(
+            kernel=spec.name, gpu=info.name, dtype=DTYPE_NAMES[dtype], bucket=bucket, problem=problem,
+            best_config=None, best_ms=None, default_ms=None, baseline_ms=evaluator.baseline_ms(),
+            examples_verified=0, rate=None, trials=outcomes, evaluations=evaluator.evaluated(), study_name=name,
+            compiled_ahead=evaluator.compiled_ahead, seconds=evaluator.seconds,
         )
-    finally:
-        evaluator.close()
+        result.default_ms = evaluator(dict(spec.space.default)).time_ms
+
+        def final_check(config: Config) -> VerifyResult:
+            if pool is not None:  # its final problems compiled ahead, across the pool
+                drawn = draw_problems(spec, config, dtype, examples=final_examples, seed=seed + 1, max_numel=max_numel)
+                pool.compile(spec, [*evaluator.edges, *drawn], dtype, [config])
+            return evaluator.reverify(config, examples=final_examples, seed=seed + 1)
+
+        try:
+            return conclude(
+                result, spec, dtype, info, examples_passed=evaluator.examples_passed, seed=seed,
+                final_examples=final_examples, max_numel=max_numel, store=store, reverify=final_check,
+            )
+        finally:
+            evaluator.close()
 
 
 def conclude(

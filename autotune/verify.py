@@ -282,6 +282,26 @@ class _Checks:
         return self.failed[key]
 
 
+class _Draws(_Checks):
+    """_Checks that launch nothing: every problem passes, so Hypothesis draws what a passing verify draws."""
+
+    def check(self, problem: Problem) -> Failure | None:
+        key = json.dumps(problem, sort_keys=True)
+        self.problems[key] = problem
+        self.failed[key] = False
+        return None
+
+
+def draw_problems(spec: KernelSpec, config: Config, dtype: torch.dtype, *, examples: int = 50,
+                  seed: int | None = None, max_numel: int | None = None) -> list[Problem]:
+    """The problems `verify` draws for config with these arguments when none fails (the same seed draws
+    the same), without running anything: what to compile ahead before verifying."""
+    config = spec.space.validate(config)
+    draws = _Draws(spec, config, dtype, seed or 0, ReferenceCache())
+    _minimal_failing(draws, spec.problems(max_numel or default_max_numel()), examples, seed)
+    return list(draws.problems.values())
+
+
 def _minimal_failing(checks: _Checks, strategy: SearchStrategy, examples: int, seed: int | None) -> Problem | None:
     """The shrunk failing problem of the first Hypothesis run that finds one, or None when `examples`
     distinct problems were drawn (or no more could be) and none failed."""

@@ -17,7 +17,10 @@
 # The config database is $AUTOTUNE_DB (default benchmarks/results/attention-tuned.sqlite: untracked, so it
 # travels with the working tree to the next call); every stage copies it and its logs to $OUT (keep to
 # two stages per call: a call returns at most 8 files).
-# Knobs: TRIALS (distinct configs per study, default 40), STUDY_TIMEOUT (seconds of search per study, 30).
+# Knobs: TRIALS (distinct configs per study, default 40), STUDY_TIMEOUT (seconds of search per study, 30),
+# EXAMPLES and FINAL_EXAMPLES (problems each trial, and the winner, is verified on: 20 and 100). The backward
+# compiles 2-3 kernels per problem (the two backward calls of 2026-11-23 finished no trial in 5 minutes at 20):
+# try EXAMPLES=8 FINAL_EXAMPLES=40 STUDY_TIMEOUT=120; `autotune db verify` re-checks the rows on 200 later.
 set -uo pipefail
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
@@ -25,6 +28,8 @@ export AUTOTUNE_DB=${AUTOTUNE_DB:-$PWD/benchmarks/results/attention-tuned.sqlite
 GPU=${GPU:-H100}
 TRIALS=${TRIALS:-40}
 STUDY_TIMEOUT=${STUDY_TIMEOUT:-30}
+EXAMPLES=${EXAMPLES:-20}
+FINAL_EXAMPLES=${FINAL_EXAMPLES:-100}
 stamp=$(date -u +%Y-%m-%d)
 TESTS="tests/test_flash_attn.py tests/test_flash_attn_backward.py"
 
@@ -45,7 +50,8 @@ search() {  # kernel dtype head_dim part
   args=$(shapes "$d" "$part") || return 2
   # shellcheck disable=SC2086
   python3 -m autotune search "$kernel" --gpu "$GPU" --dtype "$dtype" $args \
-    --trials "$TRIALS" --timeout "$STUDY_TIMEOUT" >"$log.log" 2>"$log.err"
+    --trials "$TRIALS" --timeout "$STUDY_TIMEOUT" --examples "$EXAMPLES" --final-examples "$FINAL_EXAMPLES" \
+    >"$log.log" 2>"$log.err"
   local rc=$?
   cat "$log.log"; grep -E "evaluated|Error|error" "$log.err" | tail -20
   return $rc

@@ -105,3 +105,14 @@ def test_db_export_leaves_out_rows_tuned_for_an_older_kernel_source(cli, user_db
     assert "exported 2 row" in result.output
     with sqlite3.connect(current) as con:
         assert con.execute("select source_hash from best_configs").fetchall() == [(vector_add.SPEC.source_hash,)]
+
+
+def test_search_re_verifies_its_winner_on_as_many_final_examples_as_asked(cli, user_db):
+    result = cli.invoke(main, ["search", "vector_add", "--dtype", "fp32", "--shape", "3000", "--trials", "2",
+                               "--examples", "3", "--final-examples", "6"])
+    assert result.exit_code == 0, result.output
+    row = json.loads(cli.invoke(main, ["query", "vector_add", "--format", "json", "--gpu", gpu.CPU_INTERPRETER]).output)[0]
+    # 3 problems and the timed one per trial, then the final check's 6 draws and the bucket's edges
+    assert 3 + 1 + 6 <= row["examples"] < 3 + 1 + 6 + 4
+    refused = cli.invoke(main, ["search", "vector_add", "--final-examples", "0"])
+    assert refused.exit_code != 0 and "--final-examples" in refused.output

@@ -112,3 +112,19 @@ def test_verification_of_another_gpu_is_refused_before_anything_runs(user_db):
             reverify_rows(store, gpu_name="H100")
         with pytest.raises(ValueError, match="examples must be a positive int"):
             reverify_rows(store, examples=0)
+
+
+def test_compiling_each_row_ahead_in_a_pool_changes_no_verdict(user_db):
+    """db verify builds each row's config for all the problems it will check, in worker processes, first
+    (on a GPU that is most of a row's time); the verdicts are those of checking without it."""
+    _store_right_and_wrong(user_db)
+    with ConfigStore(str(user_db)) as store:
+        ahead = reverify_rows(store, kernels=[TAIL_BUG_ADD], examples=10, seed=2, compile_workers=2)
+        inline = reverify_rows(store, kernels=[TAIL_BUG_ADD], examples=10, seed=2, compile_workers=0)
+    verdicts = {v.bucket: (v.result, v.examples, v.detail) for v in ahead.rows}
+    assert verdicts == {v.bucket: (v.result, v.examples, v.detail) for v in inline.rows}
+    assert {b: v[0] for b, v in verdicts.items()} == {"n=8192": "pass", "n=16384": "FAIL"}
+    assert [v.compiled_ahead for v in ahead.rows] == [True, True]
+    assert not any(v.compiled_ahead for v in inline.rows)
+    with ConfigStore(str(user_db)) as store, pytest.raises(ValueError, match="compile_workers"):
+        reverify_rows(store, compile_workers=-1)

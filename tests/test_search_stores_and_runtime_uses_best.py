@@ -8,8 +8,9 @@ import torch
 from autotune import gpu, runtime
 from autotune.db import BestRow, ConfigStore
 from autotune.kernels import add, vector_add
-from autotune.search import search
+from autotune.search import Evaluator, search
 from autotune.space import Param, SearchSpace
+from autotune.verify import draw_problems, verify
 from wrong_kernels import STATIC_FAIL_ADD, TAIL_BUG_ADD
 
 PROBLEM = vector_add.parse_shape("5000")
@@ -162,3 +163,16 @@ def test_compiling_ahead_in_worker_processes_keeps_the_budget_every_trial_and_ev
         if t.config["BLOCK_SIZE"] in (2048, 4096) and t.outcome != "invalid":  # wrong on 5000 elements
             assert t.outcome == "incorrect"
     assert result.stored and result.best_config["BLOCK_SIZE"] not in (2048, 4096)
+
+
+def test_the_gate_s_draws_are_known_before_the_first_trial_so_the_first_batch_compiles_them_ahead():
+    # Before, they were learnt from the first config that passed: every config of the first batch compiled
+    # its draws one after another in the measuring process (the attention backward finished no trial so).
+    evaluator = Evaluator(TAIL_BUG_ADD, PROBLEM, torch.float32, examples=6, seed=1, max_numel=1 << 14)
+    drawn = evaluator.problems_run[1 + len(evaluator.edges):]
+    assert len(drawn) == 6
+    assert drawn == draw_problems(TAIL_BUG_ADD, vector_add.SPACE.default, torch.float32, examples=6, seed=1,
+                                  max_numel=1 << 14)
+    gate = verify(TAIL_BUG_ADD, vector_add.SPACE.default, torch.float32, examples=6, seed=1, max_numel=1 << 14,
+                  extra_problems=evaluator.edges)  # the check the evaluator runs on a trial's config
+    assert gate.passed and [p for p in gate.problems if p not in evaluator.edges] == drawn

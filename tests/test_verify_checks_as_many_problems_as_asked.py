@@ -7,7 +7,7 @@ import json
 import torch
 
 from autotune.kernels.fused_softmax import SPEC as SOFTMAX
-from autotune.verify import verify
+from autotune.verify import draw_problems, verify
 
 SHORT_BLOCK = {"variant": "online", "BLOCK_SIZE": 64, "ROWS_PER_PROGRAM": 1, "num_warps": 2, "num_stages": 1}
 """Streams rows in blocks of 64: its constraints reject every row of 64 or fewer, most of those drawn."""
@@ -27,3 +27,11 @@ def test_a_config_that_fits_no_drawn_problem_is_reported_untested_not_raised():
     result = verify(SOFTMAX, HUGE_BLOCK, torch.float32, examples=10, seed=3)
     assert (result.examples, result.failure, result.passed) == (0, None, False)
     assert result.skipped > 100  # Hypothesis drew on until under 1% of draws could apply
+
+
+def test_the_problems_drawn_ahead_are_the_ones_verify_then_checks():
+    """What db verify and the search compile ahead, across worker processes, before the config is checked."""
+    ahead = draw_problems(SOFTMAX, SHORT_BLOCK, torch.float32, examples=10, seed=3)
+    result = verify(SOFTMAX, SHORT_BLOCK, torch.float32, examples=10, seed=3)
+    assert result.passed and len(ahead) == 10 and ahead == result.problems
+    assert draw_problems(SOFTMAX, SHORT_BLOCK, torch.float32, examples=10, seed=4) != ahead  # another seed, other draws
