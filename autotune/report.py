@@ -155,7 +155,7 @@ def measure(plan: Plan, impls: Sequence[str], *, graphs: bool = False,
 def _measure_case(case: Case, impls: Sequence[str], compiled: Callable | None, graphs: bool) -> list[dict]:
     spec, problem, dtype = case.spec, case.problem, case.dtype
     inputs = spec.make_inputs(problem, dtype, gpu.device(), 0)
-    _require_nonzero(spec, inputs)
+    require_nonzero(spec, inputs)
     out = outputs_like(spec.baseline(inputs), None)
     bucket = spec.bucket(problem)
     choice = runtime.tuned(spec).resolve(dtype, bucket, problem)
@@ -199,7 +199,7 @@ def _time(fn: Callable[[], object], graphs: bool) -> tuple[float, float | None]:
     return ms, bench.graph_ms(fn) if graphs else None
 
 
-def _require_nonzero(spec: KernelSpec, inputs: dict) -> None:
+def require_nonzero(spec: KernelSpec, inputs: dict) -> None:
     """Zeros would flatter a kernel (and a tensor core's power draw): every float input must hold values."""
     for name, value in inputs.items():
         if isinstance(value, torch.Tensor) and value.is_floating_point() and value.numel() and not value.any():

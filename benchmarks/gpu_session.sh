@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # The GPU work of one device session, in stages: bash benchmarks/gpu_session.sh STAGE...
 # Stages: check | search-add | search-softmax | search-fix | search-norms | reverify | gpu-tests | compare | compare-norms
-#         | bench | bench-attention | hot-path | norm-host-path | quality | multi-gpu | faults
+#         | bench | bench-attention | hot-path | norm-host-path | quality | off-bucket | multi-gpu | faults
 # bench, bench-attention: `autotune bench` (tuned vs default vs eager vs torch.compile, table + PNG) of every
 # shipped kernel in BENCH_DTYPES (default bf16) on its presets, the attention pair apart (each under ~10 minutes).
+# off-bucket: the runtime's config against a search of that exact shape, on shapes between the tuned buckets of
+# the memory-bound kernels (bf16; OFFBUCKET_KERNELS, OFFBUCKET_TRIALS, OFFBUCKET_TIMEOUT; about 7 minutes on an H100).
 # The config database is $AUTOTUNE_DB (default $OUT/tuned.sqlite); logs go to $OUT.
 set -uo pipefail
 export PYTHONUNBUFFERED=1
@@ -74,6 +76,11 @@ for stage in "$@"; do
       python3 benchmarks/fault_injection.py --out "$OUT/fault-injection-$GPU-$stamp" ;;
     quality)
       python3 benchmarks/search_quality.py --kernel softmax --dtype bf16 ${QUALITY_SHAPES:---shape 4096x4096 --shape 4096x32768 --shape 1024x131072} --out "$OUT/search-quality-$GPU-$stamp" ;;
+    off-bucket)
+      kernels=""; for k in ${OFFBUCKET_KERNELS:-vector_add softmax layer_norm rms_norm group_norm}; do kernels="$kernels --kernel $k"; done
+      # shellcheck disable=SC2086
+      python3 benchmarks/off_bucket.py $kernels --dtype bf16 --trials "${OFFBUCKET_TRIALS:-30}" --timeout "${OFFBUCKET_TIMEOUT:-20}" \
+        --final-examples 50 --out "$OUT/off-bucket-$GPU-$stamp" ;;
     multi-gpu)
       python3 benchmarks/multi_gpu.py --kernel softmax --dtype bf16 --shape 4096x4096 --trials "${TRIALS_MULTI:-60}" --gpus 2 --runs "${MULTI_RUNS:-}" --out "$OUT/multi-gpu-$GPU-$stamp" ;;
     *) echo "unknown stage $stage"; exit 2 ;;

@@ -1,0 +1,155 @@
+"""Nearest-bucket quality: on a shape no stored row was tuned on, how close the config the runtime launches
+comes to a search of that exact shape. Both configs are timed in one process, on the same random inputs."""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Sequence
+
+import torch
+
+from autotune import bench, gpu, runtime
+from autotune.db import ConfigStore
+from autotune.precompile import CompilePool
+from autotune.report import require_nonzero
+from autotune.search import search
+from autotune.space import Config, Problem
+from autotune.spec import DTYPE_NAMES, KernelSpec, shape_label
+from autotune.verify import ReferenceCache, check_problem, outputs_like
+
+GOAL = 1.10
+"""Issue 7: off-bucket shapes within 10% of the exactly tuned time on average (the mean of runtime ms / exact ms)."""
+ROUNDS = 3
+"""Timings of each config, taken in turn; a config's time is the median of its rounds, so drift hits all alike."""
+TIMING = {"warmup_ms": 25.0, "rep_ms": 100.0, "max_reps": 500}
+"""bench.time_ms per round: capped repetitions keep a 10 us kernel from costing seconds of L2 clears."""
+
+
+def runtime_choices(spec: KernelSpec, problems: Sequence[Problem], dtype: torch.dtype) -> list[tuple[runtime.Choice, Problem | None]]:
+    """The runtime's choice for each problem (read afresh from the databases it reads) and the problem its row was
+    timed on (None for the default). TypeError/ValueError for a kernel, dtype or problem that cannot be measured:
+    one the default config cannot run, or one a stored row was tuned on (it is not off-bucket)."""
+    if not isinstance(spec, KernelSpec):
+        raise TypeError(f"spec must be a KernelSpec, got {type(spec).__name__}")
+    if dtype not in spec.dtypes:
+        raise ValueError(f"dtype {dtype} is not supported by {spec.name}; expected one of {spec.dtypes}")
+    if not problems:
+        raise ValueError(f"problems for {spec.name}: expected at least one off-bucket problem")
+    table = runtime.tuned(spec)
+    table.clear()  # read the databases as they are now
+    choices = []
+    for problem in problems:
+        problem = spec.problem_for(problem, dtype)
+        reason = spec.space.rejects(spec.space.default, problem)
+        if reason:
+            raise ValueError(f"{spec.name}: the default config cannot run {shape_label(problem)}: {reason}")
+        choice = table.resolve(dtype, spec.bucket(problem), problem)
+        tuned_on = _stored_problem(spec, choice, dtype)
+        if tuned_on == problem:
+            raise ValueError(f"{spec.name} {shape_label(problem)}: the stored row of bucket {choice.bucket} was tuned on "
+                             "this very problem; expected an off-bucket shape")
+        choices.append((choice, tuned_on))
+    return choices
+
+
+def measure_off_bucket(
+    spec: KernelSpec,
+    problems: Sequence[Problem],
+    dtype: torch.dtype,
+    *,
+    trials: int = 30,
+    timeout: float | None = None,
+    seed: int = 0,
+    examples: int = 20,
+    final_examples: int = 100,
+    compile_workers: int | CompilePool = 0,
+) -> list[dict]:
+    """One record per problem: the runtime's config (exact bucket, nearest or default, see `runtime_choices`) and
+    the best of a fresh search of that exact problem (`trials` evaluations, `timeout` seconds; stored nowhere),
+    each timed with bench.time_ms on the same inputs, and ratio = runtime ms / exact ms (above 1: the exact search
+    found a faster config; below 1: it did not find the runtime's). A runtime config that computes the problem
+    wrong gets no ratio. Every problem is checked before the first search."""
+    if trials < 1:
+        raise ValueError(f"trials must be >= 1, got {trials}")
+    if timeout is not None and not timeout > 0:
+        raise ValueError(f"timeout must be a positive number of seconds or None, got {timeout}")
+    choices = runtime_choices(spec, problems, dtype)
+    records = []
+    for problem, (choice, tuned_on) in zip((spec.problem_for(p, dtype) for p in problems), choices):
+        started = time.perf_counter()
+        result = search(spec, problem, dtype, trials=trials, timeout=timeout, seed=seed, examples=examples,
+                        final_examples=final_examples, compile_workers=compile_workers)
+        record = {
+            "kernel": spec.name, "dtype": DTYPE_NAMES[dtype], "shape": shape_label(problem), "problem": problem,
+            "bucket": spec.bucket(problem), "source": choice.source, "tuned_for": choice.bucket,
+            "tuned_on": None if tuned_on is None else shape_label(tuned_on), "database": choice.database,
+            "runtime_config": choice.config, "exact_config": result.best_config,
+            "same_config": choice.config == result.best_config, "evaluations": result.evaluations,
+            "search_seconds": time.perf_counter() - started, "search_best_ms": result.best_ms,
+        }
+        records.append(record)
+        if result.best_config is None:
+            record.update(ratio=None, error="the exact search found no verified config")
+            continue
+        failure = _time_configs(spec, problem, dtype, seed, record, runtime=choice.config, exact=result.best_config,
+                                default=dict(spec.space.default))
+        record["runtime_failure"] = failure
+        record["ratio"] = None if failure else record["runtime_ms"] / record["exact_ms"]
+    return records
+
+
+def summarize(records: Sequence[dict]) -> dict:
+    """Per kernel and overall: shapes with a ratio, their mean, geometric mean and worst, how many the exact search
+    did not beat (ratio < 1); the records without a ratio; and whether the overall mean is within GOAL."""
+    by_kernel: dict[str, list[float]] = {}
+    for r in records:
+        if r.get("ratio") is not None:
+            by_kernel.setdefault(r["kernel"], []).append(r["ratio"])
+    ratios = [x for xs in by_kernel.values() for x in xs]
+    overall = _stats(ratios) if ratios else None
+    return {
+        "goal": GOAL, "kernels": {k: _stats(xs) for k, xs in by_kernel.items()}, "overall": overall,
+        "unmeasured": sum(r.get("ratio") is None for r in records),
+        "goal_met": overall is not None and overall["mean"] <= GOAL,
+    }
+
+
+def _stats(ratios: list[float]) -> dict:
+    return {"shapes": len(ratios), "mean": statistics.fmean(ratios), "geomean": statistics.geometric_mean(ratios),
+            "worst": max(ratios), "exact_slower": sum(x < 1 for x in ratios)}
+
+
+def _stored_problem(spec: KernelSpec, choice: runtime.Choice, dtype: torch.dtype) -> Problem | None:
+    """The problem the row the runtime took was timed on."""
+    if choice.database is None:
+        return None
+    with ConfigStore(choice.database, readonly=True) as store:
+        rows = store.best_rows(kernel=spec.name, gpu=gpu.current_gpu().name, dtype=DTYPE_NAMES[dtype],
+                               source_hash=spec.source_hash)
+    return next((row.problem for row in rows if row.bucket == choice.bucket and not row.flagged), None)
+
+
+def _time_configs(spec: KernelSpec, problem: Problem, dtype: torch.dtype, seed: int, record: dict,
+                  **configs: Config) -> str | None:
+    """NAME_ms in record for each config, timed in turn on one set of inputs. The runtime's config is checked on
+    them first (the exact search's best was verified on this problem): one that computes it wrong is not timed,
+    and why is returned."""
+    cache = ReferenceCache(1)
+    failure = check_problem(spec, configs["runtime"], problem, dtype, seed=seed, cache=cache)
+    if failure is not None:
+        del configs["runtime"]
+    inputs, base, _ = cache.get(spec, problem, dtype, seed)
+    require_nonzero(spec, inputs)
+    out = outputs_like(base, None)
+    calls = {name: (lambda c=config: spec.launch(inputs, c, out)) for name, config in configs.items()}
+    for call in calls.values():
+        call()  # compiled before any timing
+    if gpu.device().type == "cuda":
+        torch.cuda.synchronize()
+    times: dict[str, list[float]] = {name: [] for name in calls}
+    for _ in range(ROUNDS):
+        for name, call in calls.items():
+            times[name].append(bench.time_ms(call, **TIMING))
+    record.update({f"{name}_ms": statistics.median(ms) for name, ms in times.items()})
+    return None if failure is None else f"{failure.kind}: {failure.reason}"

@@ -1,0 +1,105 @@
+"""Nearest-bucket quality (issue 7): on shapes between the tuned buckets, the config the runtime launches against
+a search of that exact shape; the goal is a mean of runtime ms / exact ms within 10%.
+
+    python benchmarks/off_bucket.py --kernel softmax --kernel vector_add --dtype bf16 --timeout 25 --out NAME
+    python benchmarks/off_bucket.py --kernel matmul --dtype bf16 --shape matmul=3072x3072x3072 --out NAME
+
+The runtime's config is what a call would launch here (exact bucket, nearest bucket or default, from the shipped
+database and $AUTOTUNE_DB); the exact search is `autotune search` on that one problem, stored nowhere. Both are
+timed in one process on the same random inputs (medians of triton.testing.do_bench). Shapes default to a few
+per kernel that no shipped row was tuned on. Writes NAME.json (GPU, versions, date, every record, the summary) and
+NAME.md after each kernel, so a run cut short keeps the kernels it finished.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+
+from autotune import offbucket, registry, report  # first: autotune picks the Triton interpreter without a GPU
+from autotune.precompile import CompilePool, default_workers
+from autotune.spec import DTYPE_NAMES, dtype_from_name
+
+DEFAULT_SHAPES = {
+    "vector_add": ["3000000", "50000000"],
+    "softmax": ["4096x6144", "2048x12288", "3000x3000"],
+    "layer_norm": ["4096x5120+res", "12288x2048+res"],
+    "rms_norm": ["4096x5120+res", "12288x2048+res"],
+    "group_norm": ["4x256x48x48,groups=32,activation=silu"],
+    "matmul": ["3072x3072x3072", "6144x4096x11008"],
+}
+"""Between the buckets of the shipped rows: in a stored bucket off its timed problem (softmax 4096x6144 and
+3000x3000, matmul 3072^3), or in a bucket with no row, served by the nearest."""
+
+
+def table(result: dict) -> str:
+    """The records as a table, then the summary per kernel and overall, and whether the goal is met."""
+    rows = [{"kernel": r["kernel"], "shape": r["shape"], "bucket": r["bucket"],
+             "runtime config from": r["source"] + (f" {r['tuned_for']} ({r['tuned_on']})" if r["tuned_for"] else ""),
+             "same config": r["same_config"], "evaluations": r["evaluations"], "search s": r["search_seconds"],
+             "runtime ms": r.get("runtime_ms"), "exact ms": r.get("exact_ms"), "default ms": r.get("default_ms"),
+             "ratio": r.get("ratio"), "note": r.get("error") or r.get("runtime_failure")} for r in result["records"]]
+    summary = result["summary"]
+    budget = f"{result['trials']} evaluations" + (f", timeout {result['timeout']:g} s" if result["timeout"] else "")
+    lines = [f"GPU: {result['gpu']} ({result['device_name']}); torch {result['torch']}; triton {result['triton']}; "
+             f"date {result['date']}", f"timings: {result['timing']}",
+             f"exact search: {budget}; ratio = runtime ms / exact ms (above 1: the exact search found a faster config)",
+             "", report.tabulated(rows)]
+    for name, s in [*summary["kernels"].items(), ("overall", summary["overall"])]:
+        if s:
+            lines.append(f"- {name}: mean {s['mean']:.3f}, geomean {s['geomean']:.3f}, worst {s['worst']:.3f} over "
+                         f"{s['shapes']} shape(s); the exact search did not beat the runtime on {s['exact_slower']}")
+    if summary["unmeasured"]:
+        lines.append(f"- {summary['unmeasured']} shape(s) without a ratio (see note)")
+    lines.append(f"\nGoal (mean ratio <= {summary['goal']:.2f}): {'met' if summary['goal_met'] else 'NOT met'}")
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--kernel", action="append", default=[], help=f"repeatable; default: {', '.join(DEFAULT_SHAPES)}")
+    parser.add_argument("--dtype", default="bf16")
+    parser.add_argument("--shape", action="append", default=[], help="KERNEL=SPEC, repeatable (default: DEFAULT_SHAPES)")
+    parser.add_argument("--trials", type=int, default=30, help="evaluations per exact search")
+    parser.add_argument("--timeout", type=float, default=None, help="seconds per exact search")
+    parser.add_argument("--examples", type=int, default=20)
+    parser.add_argument("--final-examples", type=int, default=100)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--out", required=True, help="output path without extension")
+    args = parser.parse_args()
+
+    kernels = args.kernel or list(DEFAULT_SHAPES)
+    try:
+        specs = {name: registry.get(name) for name in kernels}
+        dtype = dtype_from_name(args.dtype)
+        shapes = report.shapes_by_kernel(args.shape, kernels)
+        for name in kernels:
+            if name not in shapes and name not in DEFAULT_SHAPES:
+                raise ValueError(f"no built-in off-bucket shapes for {name}: pass --shape {name}=SPEC")
+            shapes.setdefault(name, DEFAULT_SHAPES.get(name, []))
+        todo = report.plan(kernels, [dtype], shapes)
+        by_kernel = {name: [c.problem for c in todo.cases if c.spec.name == name] for name in kernels}
+        for name, problems in by_kernel.items():  # every shape checked before the first search
+            offbucket.runtime_choices(specs[name], problems, dtype)
+    except (ValueError, registry.UnknownKernel) as exc:
+        raise SystemExit(f"off_bucket.py: {exc}") from None
+
+    result = {**report.environment(), "dtype": DTYPE_NAMES[dtype], "trials": args.trials, "timeout": args.timeout,
+              "records": []}
+    workers = default_workers()
+    with contextlib.ExitStack() as stack:
+        pool = stack.enter_context(CompilePool(workers)) if workers > 1 else 0
+        for name, problems in by_kernel.items():
+            result["records"] += offbucket.measure_off_bucket(
+                specs[name], problems, dtype, trials=args.trials, timeout=args.timeout, seed=args.seed,
+                examples=args.examples, final_examples=args.final_examples, compile_workers=pool,
+            )
+            result["summary"] = offbucket.summarize(result["records"])
+            text = table(result)
+            report.save(args.out, result, text)
+            print(f"{name} done", flush=True)
+    print(text)
+
+
+if __name__ == "__main__":
+    main()

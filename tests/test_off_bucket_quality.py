@@ -1,0 +1,122 @@
+"""Nearest-bucket quality (autotune.offbucket, benchmarks/off_bucket.py): on shapes no stored row was tuned on,
+the runtime's config is timed against a fresh search of the exact shape, and the user's database is left as it was."""
+
+import json
+import pathlib
+import runpy
+import sqlite3
+import statistics
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from autotune import db, offbucket
+from autotune.kernels import fused_softmax as softmax, vector_add
+from autotune.verify import check_problem
+from stored_rows import store_best
+from wrong_kernels import BAD_BLOCK, TAIL_BUG_ADD
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+ROW_CONFIG = {"BLOCK_SIZE": 256, "num_warps": 2, "num_stages": 1}
+TINY = dict(trials=3, examples=3, final_examples=5)
+
+
+def _contents(path) -> list[str]:
+    with sqlite3.connect(path) as conn:
+        return list(conn.iterdump())
+
+
+def test_off_bucket_shapes_take_the_stored_row_and_are_timed_against_their_own_search(user_db):
+    store_best(user_db, vector_add.SPEC, "n=1024", ROW_CONFIG, problem=vector_add.parse_shape("1000"))
+    before = _contents(user_db)
+    records = offbucket.measure_off_bucket(
+        vector_add.SPEC, [vector_add.parse_shape("900"), vector_add.parse_shape("3000")], torch.float32, **TINY)
+
+    same_bucket, other_bucket = records
+    assert (same_bucket["bucket"], same_bucket["source"]) == ("n=1024", "exact")  # the row's bucket, not its problem
+    assert (other_bucket["bucket"], other_bucket["source"]) == ("n=4096", "nearest")
+    for r in records:
+        assert r["tuned_for"] == "n=1024" and r["tuned_on"] == "1000" and r["database"] == db.as_url(str(user_db))
+        assert r["runtime_config"] == ROW_CONFIG
+        assert vector_add.SPACE.validate(r["exact_config"]) == r["exact_config"] and 1 <= r["evaluations"] <= TINY["trials"]
+        assert r["same_config"] == (r["exact_config"] == ROW_CONFIG) and r["runtime_failure"] is None
+        assert r["runtime_ms"] > 0 and r["exact_ms"] > 0 and r["default_ms"] > 0
+        assert r["ratio"] == r["runtime_ms"] / r["exact_ms"]
+    assert _contents(user_db) == before  # the exact searches stored nothing there
+
+    summary = offbucket.summarize(records)
+    ratios = [r["ratio"] for r in records]
+    assert summary["kernels"]["vector_add"]["mean"] == pytest.approx(statistics.fmean(ratios))
+    assert summary["overall"]["shapes"] == 2 and summary["overall"]["worst"] == max(ratios)
+    assert summary["overall"]["geomean"] == pytest.approx(statistics.geometric_mean(ratios))
+    assert summary["goal_met"] == (statistics.fmean(ratios) <= offbucket.GOAL) and summary["unmeasured"] == 0
+
+
+def test_a_runtime_config_that_computes_the_shape_wrong_is_reported_and_gets_no_ratio(user_db):
+    wrong = {"BLOCK_SIZE": BAD_BLOCK, "num_warps": 4, "num_stages": 1}  # wrong wherever its last block is partial
+    store_best(user_db, TAIL_BUG_ADD, "n=2048", wrong, problem=vector_add.parse_shape("2048"))
+    [record] = offbucket.measure_off_bucket(TAIL_BUG_ADD, [vector_add.parse_shape("3000")], torch.float32, **TINY)
+    assert record["source"] == "nearest" and record["runtime_config"] == wrong
+    assert record["runtime_failure"].startswith("incorrect") and record["ratio"] is None and "runtime_ms" not in record
+    assert check_problem(TAIL_BUG_ADD, record["exact_config"], record["problem"], torch.float32) is None
+    assert record["exact_ms"] > 0
+    summary = offbucket.summarize([record])
+    assert summary["unmeasured"] == 1 and summary["overall"] is None and not summary["goal_met"]
+
+
+def _no_search(*args, **kwargs):
+    raise AssertionError("a search ran before the request was checked")
+
+
+def test_bad_requests_fail_before_any_search(user_db, monkeypatch):
+    monkeypatch.setattr(offbucket, "search", _no_search)
+    store_best(user_db, vector_add.SPEC, "n=1024", ROW_CONFIG, problem=vector_add.parse_shape("1000"))
+    fine, on_row = vector_add.parse_shape("3000"), vector_add.parse_shape("1000")
+    with pytest.raises(ValueError, match="tuned on this very problem"):
+        offbucket.measure_off_bucket(vector_add.SPEC, [fine, on_row], torch.float32, **TINY)
+    with pytest.raises(ValueError, match="dtype torch.float64 is not supported by vector_add"):
+        offbucket.measure_off_bucket(vector_add.SPEC, [fine], torch.float64, **TINY)
+    with pytest.raises(ValueError, match="trials must be >= 1"):
+        offbucket.measure_off_bucket(vector_add.SPEC, [fine], torch.float32, trials=0)
+    with pytest.raises(ValueError, match="timeout must be a positive"):
+        offbucket.measure_off_bucket(vector_add.SPEC, [fine], torch.float32, timeout=0)
+    with pytest.raises(ValueError, match="at least one"):
+        offbucket.measure_off_bucket(vector_add.SPEC, [], torch.float32)
+    with pytest.raises(TypeError, match="spec must be a KernelSpec"):
+        offbucket.measure_off_bucket("vector_add", [fine], torch.float32)
+
+
+SCRIPT = ROOT / "benchmarks" / "off_bucket.py"
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--kernel", "nope"], "unknown kernel 'nope'"),
+    (["--kernel", "softmax", "--shape", "softmax=4096xabc"], "--shape for softmax: shape '4096xabc'"),
+    (["--kernel", "flash_attn"], "no built-in off-bucket shapes for flash_attn: pass --shape flash_attn=SPEC"),
+    (["--kernel", "vector_add", "--kernel", "softmax", "--dtype", "fp32", "--shape", "vector_add=3000", "--shape", "softmax=8x300"],
+     "softmax 8x300: the stored row of bucket m=8,n=512 was tuned on this very problem"),
+])
+def test_the_script_refuses_bad_requests_in_one_line_before_any_search(tmp_path, user_db, monkeypatch, args, message):
+    store_best(user_db, softmax.SPEC, "m=8,n=512", {**softmax.SPEC.space.default}, problem=softmax.parse_shape("8x300"))
+    monkeypatch.setattr(offbucket, "search", _no_search)
+    monkeypatch.setattr(sys, "argv", [str(SCRIPT), *args, "--out", str(tmp_path / "ob")])
+    with pytest.raises(SystemExit) as exited:
+        runpy.run_path(str(SCRIPT), run_name="__main__")
+    assert str(exited.value).startswith(f"off_bucket.py: {message}")
+    assert not list(tmp_path.glob("ob.*"))
+
+
+def test_the_script_writes_records_summary_and_environment(tmp_path, user_db):
+    run = subprocess.run([sys.executable, str(SCRIPT), "--kernel", "vector_add", "--dtype", "fp32", "--shape", "vector_add=3000",
+                          "--trials", "3", "--examples", "3", "--final-examples", "5", "--out", str(tmp_path / "ob")],
+                         capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert run.returncode == 0, run.stderr
+    saved = json.loads((tmp_path / "ob.json").read_text())
+    [record] = saved["records"]
+    assert saved["interpreter"] is True and saved["gpu"] and saved["date"] and saved["trials"] == 3
+    assert record["shape"] == "3000" and record["source"] == "default" and record["ratio"] > 0  # empty user database
+    assert saved["summary"]["overall"]["mean"] == record["ratio"]
+    table = (tmp_path / "ob.md").read_text()
+    assert table in run.stdout and "| vector_add" in table and "Goal (mean ratio <= 1.10)" in table
