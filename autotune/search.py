@@ -6,7 +6,7 @@ import contextlib
 import json
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import optuna
@@ -240,6 +240,7 @@ def search(
     compile_workers: int | CompilePool = 0,
     isolate: bool | None = None,
     trial_timeout: float | None = None,
+    warm_start: Sequence[Config] = (),
 ) -> SearchResult:
     """Search one problem's bucket: warm start from the default and any stored best, verify every
     trial before timing it, re-verify the winner with more examples, and store it with its evidence.
@@ -250,7 +251,10 @@ def search(
 
     With `isolate` (the default on a GPU, or whenever `trial_timeout` is given) every config compiles, runs
     and is timed in a worker process: one that crashes it or runs past `trial_timeout` seconds is recorded
-    as crashed or timeout and the worker restarted; this process never creates a CUDA context."""
+    as crashed or timeout and the worker restarted; this process never creates a CUDA context.
+
+    `warm_start` configs are tried first too, after the default and the stored best (e.g. the config the
+    runtime picks for this problem from a nearby bucket)."""
     from autotune import isolation
 
     isolate = isolation.use_isolation(isolate, trial_timeout, spec)
@@ -271,7 +275,7 @@ def search(
     study = optuna.create_study(
         study_name=name, storage=storage, sampler=make_sampler(sampler, spec, seed), direction="minimize", load_if_exists=True
     )
-    for warm in warm_starts(spec, store, info.name, dtype, bucket):
+    for warm in [*warm_starts(spec, store, info.name, dtype, bucket), *(spec.space.validate(c) for c in warm_start)]:
         study.enqueue_trial(warm, skip_if_exists=True)
 
     outcomes: list[TrialOutcome] = []

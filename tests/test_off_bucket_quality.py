@@ -42,6 +42,7 @@ def test_off_bucket_shapes_take_the_stored_row_and_are_timed_against_their_own_s
         assert r["runtime_config"] == ROW_CONFIG
         assert vector_add.SPACE.validate(r["exact_config"]) == r["exact_config"] and 1 <= r["evaluations"] <= TINY["trials"]
         assert r["same_config"] == (r["exact_config"] == ROW_CONFIG) and r["runtime_failure"] is None
+        assert r["runtime_config_searched"]  # the exact search starts from the runtime's config: it can only do better
         assert r["runtime_ms"] > 0 and r["exact_ms"] > 0 and r["default_ms"] > 0
         assert r["ratio"] == r["runtime_ms"] / r["exact_ms"]
     assert _contents(user_db) == before  # the exact searches stored nothing there
