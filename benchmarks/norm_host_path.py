@@ -113,13 +113,18 @@ def compare(trees: list[tuple[str, str]], args) -> dict:
     imported = {}
     for _ in range(args.rounds):
         for label, path in trees:
-            env = dict(os.environ, PYTHONPATH=str(pathlib.Path(path).resolve()))
-            out = subprocess.run(
+            # The tree first, so its autotune is the one imported; the rest of PYTHONPATH stays (on the device it
+            # holds the wheels of Optuna and SQLAlchemy: without them the tree's autotune does not import).
+            env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+                [str(pathlib.Path(path).resolve()), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]))
+            run = subprocess.run(
                 [sys.executable, __file__, "--launch", args.launch, "--calls", str(args.calls),
                  "--repeats", str(args.repeats), "--dtype", args.dtype],
-                env=env, check=True, capture_output=True, text=True,
-            ).stdout
-            result = json.loads(out)
+                env=env, capture_output=True, text=True,
+            )
+            if run.returncode != 0:
+                raise SystemExit(f"tree {label} ({path}) failed:\n{run.stderr[-3000:]}")
+            result = json.loads(run.stdout)
             imported[label] = result["autotune"]
             for case, values in result["rows"].items():
                 samples[label][case].extend(values)
