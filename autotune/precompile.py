@@ -22,6 +22,7 @@ import torch
 
 from autotune.space import Config, Problem
 from autotune.spec import DTYPE_NAMES, KernelSpec
+from autotune.verify import draw_problems
 
 COMPILE_TIMEOUT_S = 300.0
 """A batch waits this long at most (by default); a config still compiling then is compiled when used."""
@@ -91,6 +92,13 @@ class CompilePool:
         if pending or any(isinstance(f.exception(), BrokenProcessPool) for f in done):
             self._restart()  # a compile that hangs or kills its process must not stall or break the next batch
         return sum(1 for fs in futures if all(f in done and f.exception() is None and f.result() is None for f in fs))
+
+    def compile_for_verify(self, spec: KernelSpec, config: Config, dtype: torch.dtype, *, examples: int, seed: int,
+                           max_numel: int | None = None, extra_problems: Sequence[Problem] = ()) -> bool:
+        """Compile config for every problem `verify` with these arguments will check: the extra problems and
+        the Hypothesis draws (the same seed draws the same); True if it built for all of them."""
+        drawn = draw_problems(spec, config, dtype, examples=examples, seed=seed, max_numel=max_numel)
+        return self.compile(spec, [spec.problem_for(p, dtype) for p in extra_problems] + drawn, dtype, [config]) == 1
 
     def _restart(self) -> None:
         # ProcessPoolExecutor cannot stop a busy worker (shutdown would wait on it forever): kill them all.

@@ -17,7 +17,7 @@ from autotune import gpu, registry, runtime
 from autotune.db import BestRow, ConfigStore
 from autotune.precompile import CompilePool, default_workers, importable_name
 from autotune.spec import KernelSpec, dtype_from_name
-from autotune.verify import draw_problems, exception_summary, verify
+from autotune.verify import exception_summary, verify
 
 DEFAULT_EXAMPLES = 200
 """Distinct Hypothesis problems per row by default (each one the row's config applies to); never fewer
@@ -133,8 +133,7 @@ def _reverify_row(store: ConfigStore, row: BestRow, spec: KernelSpec | None, exa
     compiled = False
     try:
         if pool is not None and importable_name(spec) is not None:
-            drawn = draw_problems(spec, config, dtype, examples=asked, seed=seed)
-            compiled = pool.compile(spec, [spec.problem_for(p, dtype) for p in edges] + drawn, dtype, [config]) == 1
+            compiled = pool.compile_for_verify(spec, config, dtype, examples=asked, seed=seed, extra_problems=edges)
         result = verify(spec, config, dtype, examples=asked, seed=seed, extra_problems=edges, extra_first=False)
     except Exception as exc:  # the gate itself broke (a spec's reference, torch, a lost CUDA context), not
         # shown to be the config's fault (a config's own errors are failures): leave the row as it was

@@ -328,8 +328,8 @@ def search(
 
         def final_check(config: Config) -> VerifyResult:
             if pool is not None:  # its final problems compiled ahead, across the pool
-                drawn = draw_problems(spec, config, dtype, examples=final_examples, seed=seed + 1, max_numel=max_numel)
-                pool.compile(spec, [*evaluator.edges, *drawn], dtype, [config])
+                pool.compile_for_verify(spec, config, dtype, examples=final_examples, seed=seed + 1, max_numel=max_numel,
+                                        extra_problems=evaluator.edges)
             return evaluator.reverify(config, examples=final_examples, seed=seed + 1)
 
         try:

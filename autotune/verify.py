@@ -264,9 +264,12 @@ class _Checks:
     def check(self, problem: Problem) -> Failure | None:
         key = json.dumps(problem, sort_keys=True)
         self.problems[key] = problem
-        failure = check_problem(self.spec, self.config, problem, self.dtype, seed=self.seed, cache=self.cache)
+        failure = self._outcome(problem)
         self.failed[key] = failure is not None
         return failure
+
+    def _outcome(self, problem: Problem) -> Failure | None:
+        return check_problem(self.spec, self.config, problem, self.dtype, seed=self.seed, cache=self.cache)
 
     def drawn_fails(self, problem: Problem) -> bool:
         """Hypothesis's condition: whether a drawn problem fails; a draw the config does not apply to is
@@ -285,10 +288,7 @@ class _Checks:
 class _Draws(_Checks):
     """_Checks that launch nothing: every problem passes, so Hypothesis draws what a passing verify draws."""
 
-    def check(self, problem: Problem) -> Failure | None:
-        key = json.dumps(problem, sort_keys=True)
-        self.problems[key] = problem
-        self.failed[key] = False
+    def _outcome(self, problem: Problem) -> Failure | None:
         return None
 
 
