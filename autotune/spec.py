@@ -47,6 +47,9 @@ class KernelSpec:
         reference: the same math in float64: the ground truth.
         baseline: PyTorch in the working dtype: error budget and speed comparison.
         problems: `max_numel -> Hypothesis strategy` of problems, edge cases included.
+        problems_for_config: `(config, dtype, max_numel) -> strategy` of the problems a config can run on, for
+            spaces where a config's constraints admit few of `problems`'s draws (a single-pass variant runs on
+            one power-of-two class of row lengths): the gate draws from it (`problems_fitting`).
         make_inputs: builds the tensors of a problem in a dtype on a device, from a seed.
         bucket: the shape key stored in the database.
         cost: FLOPs and minimum bytes for a problem in a dtype.
@@ -79,6 +82,7 @@ class KernelSpec:
     sources: Sequence[Any] = ()
     interpreter_presets: Sequence[Problem] = ()
     bucket_edges: Callable[[Problem], Sequence[Problem]] | None = None
+    problems_for_config: Callable[[Config, torch.dtype, int], Any] | None = None
     public: Callable[[Inputs], Any] | None = None
     vendor: Callable[[Inputs], Any] | None = None
     error_floor: Callable[[Inputs], Any] | None = None
@@ -100,6 +104,13 @@ class KernelSpec:
         if not self.dtype_in_problem:
             return problem
         return {**problem, "dtype": DTYPE_NAMES[dtype]}
+
+    def problems_fitting(self, config: Config, dtype: torch.dtype, max_numel: int) -> Any:
+        """Hypothesis strategy of the problems drawn to check config in dtype: those it can run on where the
+        kernel says which (`problems_for_config`), else all of `problems(max_numel)`."""
+        if self.problems_for_config is None:
+            return self.problems(max_numel)
+        return self.problems_for_config(config, dtype, max_numel)
 
     def edges_for(self, problem: Problem) -> list[Problem]:
         """The problem itself and its bucket's edge cases."""

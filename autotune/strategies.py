@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Sequence
 
 from hypothesis import strategies as st
 
@@ -38,6 +39,38 @@ def shapes(min_rank: int, max_rank: int, max_numel: int, *, allow_empty: bool = 
         return shape
 
     return draw()
+
+
+def sizes_between(lo: int, hi: int) -> st.SearchStrategy[int]:
+    """A size in [lo, hi]: its ends and their neighbours, the primes and powers of two (and theirs) inside,
+    or any size in between."""
+    hi = max(lo, hi)
+    pow2 = [2**e for e in range(hi.bit_length() + 1)]
+    near = {lo, lo + 1, hi - 1, hi} | {n + d for n in pow2 for d in (-1, 0, 1)} | set(PRIMES)
+    return st.one_of(st.sampled_from(sorted(n for n in near if lo <= n <= hi)), st.integers(lo, hi))
+
+
+def pow2_classes(fits: Callable[[int], bool], most: int) -> list[int]:
+    """The exponents e with 2**e <= next_pow2(most) for which fits(2**e): where a constraint depends on a
+    size only through next_pow2(size), the sizes it admits are those classes, (2**(e-1), 2**e] each."""
+    return [e for e in range(next_pow2(max(1, most)).bit_length()) if fits(2**e)]
+
+
+def sizes_in_classes(exponents: Sequence[int], most: int) -> st.SearchStrategy[int]:
+    """A size of at most `most` in one of the power-of-two classes (2**(e-1), 2**e], edge sizes first-class."""
+    bands = [(2 ** (e - 1) + 1 if e else 1, min(2**e, most)) for e in exponents if e == 0 or 2 ** (e - 1) < most]
+    return st.sampled_from(bands).flatmap(lambda band: sizes_between(*band))
+
+
+def factorizations(n: int, parts: int) -> st.SearchStrategy[list[int]]:
+    """`parts` sizes whose product is n (no sizes for n = 1, parts = 0): how a drawn number of elements
+    becomes a shape."""
+    if parts <= 1:
+        return st.just([n] if parts else [])
+    divisors = [d for d in range(1, math.isqrt(n) + 1) if n % d == 0]
+    divisors += [n // d for d in divisors]
+    return st.sampled_from(sorted(set(divisors))).flatmap(
+        lambda d: factorizations(n // d, parts - 1).map(lambda rest: [d, *rest]))
 
 
 MAGNITUDES = (1.0, 1e-3, 1e4)

@@ -298,7 +298,7 @@ def draw_problems(spec: KernelSpec, config: Config, dtype: torch.dtype, *, examp
     the same), without running anything: what to compile ahead before verifying."""
     config = spec.space.validate(config)
     draws = _Draws(spec, config, dtype, seed or 0, ReferenceCache())
-    _minimal_failing(draws, spec.problems(max_numel or default_max_numel()), examples, seed)
+    _minimal_failing(draws, spec.problems_fitting(config, dtype, max_numel or default_max_numel()), examples, seed)
     return list(draws.problems.values())
 
 
@@ -358,7 +358,7 @@ def verify(
 
     if extra_first and (failed := first_extra_failure()):
         return failed
-    minimal = _minimal_failing(checks, spec.problems(max_numel or default_max_numel()), examples, seed)
+    minimal = _minimal_failing(checks, spec.problems_fitting(config, dtype, max_numel or default_max_numel()), examples, seed)
     if minimal is None:
         return (not extra_first and first_extra_failure()) or result(None)
     failure = check_problem(spec, config, spec.problem_for(minimal, dtype), dtype, seed=seed or 0, cache=checks.cache)

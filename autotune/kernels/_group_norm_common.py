@@ -13,7 +13,8 @@ from hypothesis import strategies as st
 
 from autotune.search_spaces.group_norm import bucket, group_shape
 from autotune.spec import Cost, parse_sizes
-from autotune.strategies import edge_sizes, magnitudes, next_pow2, sizes
+from autotune.space import Config, SearchSpace
+from autotune.strategies import edge_sizes, factorizations, magnitudes, next_pow2, pow2_classes, sizes, sizes_in_classes
 
 ACTIVATIONS = {"none": 0, "silu": 1, "mish": 2}
 """Activation name -> the ACTIVATION constexpr of the kernels."""
@@ -145,6 +146,34 @@ def accumulator(dtype: torch.dtype):
     return tl.float64 if dtype == torch.float32 else tl.float32
 
 
+PROBE_GROUPS = 1 << 16
+"""Groups of the problems that probe which group sizes a config runs on."""
+
+
+def problems_for_config(space: SearchSpace, config: Config, max_numel: int) -> st.SearchStrategy[dict]:
+    """`problems` with groups whose (channels, spatial size) lie in the power-of-two classes the config runs
+    on (the space's constraints depend on them only through those classes: single holds one tile size)."""
+    most_cg = min(MOST_CHANNELS_PER_GROUP, max_numel)
+
+    def fits(cg: int, hw: int) -> bool:
+        return space.rejects(config, {"shape": [PROBE_GROUPS, cg, hw], "groups": 1, "layout": "contiguous"}) is None
+
+    def low(e: int) -> int:  # the smallest size of class e
+        return 2 ** (e - 1) + 1 if e else 1
+
+    every = [(a, b) for a in pow2_classes(lambda c: True, most_cg) for b in pow2_classes(lambda h: True, max_numel)
+             if low(a) * low(b) <= max_numel]
+    classes = [(a, b) for a, b in every if fits(2**a, 2**b)]
+    if not classes or len(classes) == len(every):
+        return problems(max_numel)
+
+    def group_sizes(a: int, b: int) -> st.SearchStrategy[tuple[int, int]]:
+        return sizes_in_classes([a], min(most_cg, max_numel // low(b))).flatmap(
+            lambda cg: sizes_in_classes([b], max_numel // cg).map(lambda hw: (cg, hw)))
+
+    return problems(max_numel, st.sampled_from(classes).flatmap(lambda ab: group_sizes(*ab)))
+
+
 def reference_forward(x, weight, bias, groups: int, eps: float, activation: str):
     """(y, mean, rstd) in float64: the ground truth for both directions."""
     n, c = x.shape[:2]
@@ -175,22 +204,33 @@ SCALES = (1.0, 30.0)
 """Weight and bias scale: 30 drives the activations far into their tails."""
 
 
-def problems(max_numel: int) -> st.SearchStrategy[dict]:
+MOST_CHANNELS_PER_GROUP = 64
+
+
+def problems(max_numel: int, group_sizes: st.SearchStrategy[tuple[int, int]] | None = None) -> st.SearchStrategy[dict]:
     """(N, C, *spatial) with 0 to 3 spatial dims, groups of one channel and one group of all channels,
-    spatial sizes of 1, primes and odd, every layout, value pattern, affine form, eps and activation."""
+    spatial sizes of 1, primes and odd, every layout, value pattern, affine form, eps and activation.
+    `group_sizes` (channels per group, spatial size) where given: the spatial size is then split into dims."""
 
     @st.composite
     def draw(d: st.DrawFn) -> dict:
         most_groups = max(1, min(32, max_numel))
+        if group_sizes is not None:
+            cg, hw = d(group_sizes)
+            most_groups = max(1, min(most_groups, max_numel // (cg * hw)))
         groups = d(st.one_of(st.just(1), edge_sizes(min(16, most_groups)), st.integers(1, most_groups)))
-        cg = d(st.one_of(st.just(1), sizes(max(1, min(64, max_numel // groups)))))
-        n = d(st.integers(1, max(1, min(3, max_numel // (groups * cg)))))
-        budget = max(1, max_numel // (n * groups * cg))
-        spatial = []
-        for _ in range(d(st.sampled_from([0, 1, 2, 2, 3]))):
-            size = d(sizes(budget))
-            spatial.append(size)
-            budget = max(1, budget // size)
+        if group_sizes is None:
+            cg = d(st.one_of(st.just(1), sizes(max(1, min(MOST_CHANNELS_PER_GROUP, max_numel // groups)))))
+        n = d(st.integers(1, max(1, min(3, max_numel // (groups * cg * (1 if group_sizes is None else hw))))))
+        if group_sizes is None:
+            budget = max(1, max_numel // (n * groups * cg))
+            spatial = []
+            for _ in range(d(st.sampled_from([0, 1, 2, 2, 3]))):
+                size = d(sizes(budget))
+                spatial.append(size)
+                budget = max(1, budget // size)
+        else:
+            spatial = d(factorizations(hw, d(st.sampled_from([1, 2, 2, 3] if hw > 1 else [0, 1, 2]))))
         return {
             "shape": [n, groups * cg, *spatial],
             "groups": groups,

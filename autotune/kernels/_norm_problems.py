@@ -16,7 +16,8 @@ from hypothesis import strategies as st
 
 from autotune.search_spaces.layer_norm import row_shape
 from autotune.spec import Cost, Inputs, parse_sizes
-from autotune.strategies import magnitudes, next_pow2, shapes, sizes
+from autotune.space import Config, SearchSpace
+from autotune.strategies import magnitudes, next_pow2, pow2_classes, shapes, sizes, sizes_in_classes
 
 WIDTHS = (1, 2, 3, 5, 7, 13, 31, 127, 509, 1021, 4093, 4095, 4096, 5120, 11008, 65537, 131071)
 """Row lengths that break kernels: 1, primes, one short of a block, and the hidden sizes of real models."""
@@ -44,11 +45,19 @@ def widths(max_n: int) -> st.SearchStrategy[int]:
 
 
 @st.composite
-def _shape(draw: st.DrawFn, max_numel: int) -> tuple[list[int], int]:
-    n = draw(widths(max_numel))
-    norm = [n]
-    if max_numel // n >= 2 and draw(st.booleans()):  # normalized over two dims
-        norm = [draw(st.integers(2, min(4, max_numel // n))), n]
+def _shape(draw: st.DrawFn, max_numel: int, row_lengths: st.SearchStrategy[int] | None = None) -> tuple[list[int], int]:
+    if row_lengths is None:
+        n = draw(widths(max_numel))
+        norm = [n]
+        if max_numel // n >= 2 and draw(st.booleans()):  # normalized over two dims
+            norm = [draw(st.integers(2, min(4, max_numel // n))), n]
+    else:  # the row length is drawn whole; two normalized dims where it splits
+        n = draw(row_lengths)
+        norm = [n]
+        splits = [k for k in (2, 3, 4) if n % k == 0]
+        if splits and draw(st.booleans()):
+            k = draw(st.sampled_from(splits))
+            norm = [k, n // k]
     # Few rows of many elements and many rows of few are both drawn, but rows stay under max_numel / 8:
     # under the interpreter every program costs time whatever its size.
     batch_budget = max(1, min(max_numel // math.prod(norm), max_numel // 8))
@@ -60,9 +69,26 @@ def _eps_choices(rms: bool, backward: bool) -> tuple[float | None, ...]:
     return RMS_NORM_EPS if rms else LAYER_NORM_BACKWARD_EPS if backward else LAYER_NORM_EPS
 
 
-def problems(max_numel: int, *, rms: bool, backward: bool = False) -> st.SearchStrategy[dict]:
-    """Problems of at most max_numel elements, edge cases first-class."""
-    return _shape(max_numel).flatmap(
+PROBE_ROWS = 1 << 20
+"""Rows of the problems that probe which row lengths a config runs on: enough for any ROWS_PER_PROGRAM."""
+
+
+def problems_for_config(space: SearchSpace, config: Config, max_numel: int, *, rms: bool,
+                        backward: bool = False) -> st.SearchStrategy[dict]:
+    """`problems` with row lengths in the power-of-two classes the config runs on (the spaces' constraints
+    depend on the row length only through its class: single holds one class, looped all longer ones)."""
+    classes = pow2_classes(lambda n: space.rejects(config, {"shape": [PROBE_ROWS, n], "norm_dims": 1}) is None,
+                           max_numel)
+    if not classes or len(classes) == len(pow2_classes(lambda n: True, max_numel)):
+        return problems(max_numel, rms=rms, backward=backward)
+    return problems(max_numel, rms=rms, backward=backward, row_lengths=sizes_in_classes(classes, max_numel))
+
+
+def problems(max_numel: int, *, rms: bool, backward: bool = False,
+             row_lengths: st.SearchStrategy[int] | None = None) -> st.SearchStrategy[dict]:
+    """Problems of at most max_numel elements, edge cases first-class (row lengths from `row_lengths`
+    where given)."""
+    return _shape(max_numel, row_lengths).flatmap(
         lambda shape_dims: st.fixed_dictionaries(
             {
                 "shape": st.just(shape_dims[0]),

@@ -13,7 +13,7 @@ from autotune import runtime
 from autotune.kernels import _checks
 from autotune.search_spaces.softmax import SPACE, bucket, row_shape
 from autotune.spec import Cost, Inputs, KernelSpec, parse_sizes
-from autotune.strategies import magnitudes, next_pow2, shapes
+from autotune.strategies import magnitudes, next_pow2, pow2_classes, shapes, sizes_in_classes
 
 
 @triton.jit
@@ -149,6 +149,36 @@ def problems(max_numel: int) -> st.SearchStrategy[dict]:
     )
 
 
+PROBE_ROWS = 1 << 20
+"""Rows of the problems that probe which row lengths a config runs on: enough for any ROWS_PER_PROGRAM."""
+
+
+def problems_for_config(config: dict, dtype: torch.dtype, max_numel: int) -> st.SearchStrategy[dict]:
+    """`problems` with row lengths in the power-of-two classes the config runs on (SPACE's constraints
+    depend on the row length only through its class: single holds one class, online all longer ones)."""
+    classes = pow2_classes(lambda n: SPACE.rejects(config, {"shape": [PROBE_ROWS, n], "dim": -1}) is None, max_numel)
+    if not classes or len(classes) == len(pow2_classes(lambda n: True, max_numel)):
+        return problems(max_numel)
+    return sizes_in_classes(classes, max_numel).flatmap(lambda n: _problems_with_rows_of(n, max_numel))
+
+
+def _problems_with_rows_of(n: int, max_numel: int) -> st.SearchStrategy[dict]:
+    @st.composite
+    def draw(d: st.DrawFn) -> dict:
+        others = d(shapes(0, 3, max(1, max_numel // n), allow_empty=True))
+        at = d(st.integers(0, len(others)))
+        shape = others[:at] + [n] + others[at:]
+        return {
+            "shape": shape,
+            "dim": at - len(shape) if d(st.booleans()) else at,
+            "layout": d(st.sampled_from(LAYOUTS)),
+            "magnitude": d(magnitudes()),
+            "neg_inf": d(st.sampled_from(NEG_INF)),
+        }
+
+    return draw()
+
+
 def make_inputs(problem: dict, dtype: torch.dtype, device: torch.device, seed: int) -> Inputs:
     gen = torch.Generator().manual_seed(seed)
     shape = list(problem["shape"])
@@ -216,6 +246,7 @@ SPEC = KernelSpec(
     reference=reference,
     baseline=baseline,
     problems=problems,
+    problems_for_config=problems_for_config,
     make_inputs=make_inputs,
     bucket=bucket,
     cost=cost,

@@ -15,7 +15,7 @@ from autotune.kernels import group_norm_backward  # noqa: F401  (registers the b
 from autotune.kernels._group_norm_common import (
     ACTIVATIONS, accumulator, activate, affine, apply_activation, bucket_edges, channels_inner, check_span, cost,
     dense_like_torch, flat_strides, INTERPRETER_PRESETS, lookup_config, make_forward_inputs, parse_shape, PRESETS,
-    problems, reference_forward, spatial_size,
+    problems, problems_for_config, reference_forward, spatial_size,
 )
 from autotune.search_spaces.group_norm import SPACE, bucket, tile_shape
 from autotune.spec import Inputs, KernelSpec
@@ -278,6 +278,7 @@ SPEC = KernelSpec(
     reference=reference,
     baseline=baseline,
     problems=problems,
+    problems_for_config=lambda config, dtype, max_numel: problems_for_config(SPACE, config, max_numel),
     make_inputs=make_forward_inputs,
     bucket=bucket,
     cost=lambda problem, dtype: cost(problem, dtype, streams=2, param_passes=1, flops_per_element=10),

@@ -17,8 +17,8 @@ import triton.language as tl
 from autotune import runtime
 from autotune.kernels._group_norm_common import (
     ACTIVATIONS, accumulator, activation_grad, bucket_edges, channels_inner, cost, dense_like_torch, flat_strides,
-    INTERPRETER_PRESETS, lookup_config, make_forward_inputs, parse_shape, PRESETS, problems, reference_forward,
-    spatial_size, with_layout,
+    INTERPRETER_PRESETS, lookup_config, make_forward_inputs, parse_shape, PRESETS, problems, problems_for_config,
+    reference_forward, spatial_size, with_layout,
 )
 from autotune.search_spaces.group_norm import BACKWARD_SPACE, bucket, tile_shape
 from autotune.spec import Inputs, KernelSpec
@@ -352,6 +352,7 @@ SPEC = KernelSpec(
     reference=reference,
     baseline=baseline,
     problems=problems,
+    problems_for_config=lambda config, dtype, max_numel: problems_for_config(BACKWARD_SPACE, config, max_numel),
     make_inputs=make_inputs,
     bucket=bucket,
     cost=lambda problem, dtype: cost(problem, dtype, streams=3, param_passes=2, flops_per_element=20),

@@ -260,6 +260,8 @@ def _spec(name: str, rms: bool) -> KernelSpec:
         reference=lambda inputs: _torch_norm(inputs, rms, torch.float64),
         baseline=lambda inputs: _torch_norm(inputs, rms, None),
         problems=lambda max_numel: problems_.problems(max_numel, rms=rms),
+        problems_for_config=lambda config, dtype, max_numel: problems_.problems_for_config(
+            FORWARD_SPACE, config, max_numel, rms=rms),
         make_inputs=problems_.forward_inputs,
         bucket=bucket,
         cost=lambda problem, dtype: problems_.forward_cost(problem, dtype, rms=rms),

@@ -396,6 +396,8 @@ def _spec(name: str, rms: bool) -> KernelSpec:
         reference=lambda inputs: _torch_grads(inputs, rms, torch.float64),
         baseline=lambda inputs: _torch_grads(inputs, rms, None),
         problems=lambda max_numel: problems_.problems(max_numel, rms=rms, backward=True),
+        problems_for_config=lambda config, dtype, max_numel: problems_.problems_for_config(
+            BACKWARD_SPACE, config, max_numel, rms=rms, backward=True),
         make_inputs=lambda problem, dtype, device, seed: make_inputs(problem, dtype, device, seed, rms),
         bucket=bucket,
         cost=lambda problem, dtype: problems_.backward_cost(problem, dtype, rms=rms),

@@ -282,6 +282,8 @@ MATMUL = gemm_spec(
     reference=lambda inputs: torch.matmul(inputs["a"].double(), inputs["b"].double()),
     baseline=lambda inputs: torch.matmul(inputs["a"], inputs["b"]),
     problems=problems_.matmul_problems,
+    problems_for_config=lambda config, dtype, max_numel: problems_.problems_for_config(
+        SPACE, config, DTYPE_NAMES[dtype], max_numel, problems_.matmul_problems),
     make_inputs=problems_.matmul_inputs,
     bucket=bucket,
     cost=problems_.matmul_cost,
@@ -304,6 +306,8 @@ LINEAR = gemm_spec(
     reference=lambda inputs: _torch_linear(inputs, torch.float64),
     baseline=lambda inputs: _torch_linear(inputs, None),
     problems=problems_.linear_problems,
+    problems_for_config=lambda config, dtype, max_numel: problems_.problems_for_config(
+        SPACE, config, DTYPE_NAMES[dtype], max_numel, problems_.linear_problems),
     make_inputs=problems_.linear_inputs,
     bucket=bucket,
     cost=problems_.linear_cost,
