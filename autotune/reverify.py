@@ -76,6 +76,7 @@ def reverify_rows(
     seed: int | None = None,
     on_row: Callable[[RowVerdict, int, int], None] | None = None,
     compile_workers: int | None = None,
+    unverified_only: bool = False,
 ) -> Reverification:
     """Re-verify the best rows of `gpu_name` in store (of `kernels` only, if given) and record each outcome
     as soon as it is known, in its own transaction: an interrupted run keeps what it finished.
@@ -88,6 +89,7 @@ def reverify_rows(
         on_row: called with each verdict, the number of rows done and the number in all.
         compile_workers: processes that compile each row's config for all its problems before it is checked
             (None: as many as the search uses here; none under the interpreter).
+        unverified_only: only the rows never re-verified (to finish a run that was cut short).
     """
     here = gpu_to_verify(gpu_name)
     examples = DEFAULT_EXAMPLES if examples is None else examples
@@ -98,7 +100,8 @@ def reverify_rows(
         raise ValueError(f"compile_workers must be an int >= 0, got {compile_workers!r}")
     seed = fresh_seed() if seed is None else seed
     given = {spec.name: spec for spec in kernels}
-    rows = [r for r in store.best_rows(gpu=here.name) if not given or r.kernel in given]
+    rows = [r for r in store.best_rows(gpu=here.name)
+            if (not given or r.kernel in given) and not (unverified_only and r.verified_at is not None)]
     verdicts: list[RowVerdict] = []
     with contextlib.ExitStack() as stack:
         pool = stack.enter_context(CompilePool(workers)) if workers and rows else None

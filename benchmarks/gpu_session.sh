@@ -64,11 +64,11 @@ for stage in "$@"; do
     reverify)
       # Every row of this GPU on a fresh seed (printed on stderr; REVERIFY_SEED repeats one); each outcome is
       # recorded on its row, the table also goes to $OUT.
-      # REVERIFY_KERNELS narrows it to some kernels (softmax took ~35 s a row on the H100 before
-      # rows were compiled ahead: ~15 rows in a call).
+      # REVERIFY_KERNELS narrows it to some kernels, REVERIFY_UNVERIFIED=1 to rows never re-verified.
       kernels=""; for k in ${REVERIFY_KERNELS:-}; do kernels="$kernels --kernel $k"; done
       # shellcheck disable=SC2086
       at db verify --gpu "$GPU" --db "$AUTOTUNE_DB" $kernels --examples "${REVERIFY_EXAMPLES:-200}" ${REVERIFY_SEED:+--seed "$REVERIFY_SEED"} \
+        ${REVERIFY_UNVERIFIED:+--unverified} \
         | tee "$OUT/reverify-$GPU-$stamp.txt" ;;
     gpu-tests)
       python3 -m pytest -q -m gpu tests/ -p no:cacheprovider ${GPU_TESTS_K:+-k "$GPU_TESTS_K"} ;;

@@ -100,6 +100,16 @@ def test_each_row_is_recorded_as_it_finishes_so_an_interrupted_run_keeps_it(user
     assert second.verified_at is None
 
 
+def test_an_interrupted_run_is_finished_with_unverified_only(user_db):
+    test_each_row_is_recorded_as_it_finishes_so_an_interrupted_run_keeps_it(user_db)
+    run = CliRunner().invoke(main, ["db", "verify", *KERNEL, "--unverified", "--examples", "10", "--seed", "6",
+                                    "--format", "json"])
+    assert run.exit_code == 0, run.output
+    assert [r["bucket"] for r in json.loads(run.stdout)] == ["n=8192"]  # the row the first run did not reach
+    rows = _rows(user_db)
+    assert (rows["n=16384"].verify_seed, rows["n=8192"].verify_seed) == (5, 6)
+
+
 def test_verification_of_another_gpu_is_refused_before_anything_runs(user_db):
     _store_right_and_wrong(user_db)
     run = CliRunner().invoke(main, ["db", "verify", "--gpu", "H100", *KERNEL])
