@@ -1,0 +1,78 @@
+"""One report from several `autotune bench --out` runs of one GPU: every row, each kernel's geometric means of
+the same-run ratios (tuned against the default config, torch eager and torch.compile), and the plot.
+
+    python benchmarks/combine_bench.py A.json B.json ... --out benchmarks/results/report-H100-DATE [--plot P.png]
+
+A row is measured in one run (its ratios are never formed across runs); where two runs measured the same
+kernel, dtype, shape and bucket, the later file given wins. Runs of different GPUs, torch or Triton versions
+are refused.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import pathlib
+
+from autotune import plot, report
+
+RATIOS = ("vs default", "vs torch", "vs compile")
+
+
+def merge(paths: list[str]) -> dict:
+    """The runs as one report: the last run's header, each problem's records from the last run that has it."""
+    runs = [json.loads(pathlib.Path(p).read_text()) for p in paths]
+    for key in ("gpu", "torch", "triton"):
+        if len({run[key] for run in runs}) > 1:
+            raise SystemExit(f"the runs differ in {key}: {sorted({run[key] for run in runs})}")
+    records: dict[tuple, list[dict]] = {}
+    for run in runs:
+        by_problem: dict[tuple, list[dict]] = {}
+        for r in run["records"]:
+            by_problem.setdefault((r["kernel"], r["dtype"], r["shape"], r["bucket"]), []).append(r)
+        records.update(by_problem)
+    merged = {**runs[-1], "records": [r for rs in records.values() for r in rs],
+              "skipped": [s for run in runs for s in run.get("skipped", [])],
+              "sources": [{"file": pathlib.Path(p).name, "date": run["date"]} for p, run in zip(paths, runs)]}
+    merged["rows"] = report.rows(merged)
+    return merged
+
+
+def geomean(values: list[float]) -> float | None:
+    values = [v for v in values if v]
+    return math.exp(sum(math.log(v) for v in values) / len(values)) if values else None
+
+
+def summary(rows: list[dict]) -> list[dict]:
+    """Per kernel and over all rows: how many rows, and the geometric mean of each ratio."""
+    kernels = list(dict.fromkeys(r["kernel"] for r in rows))
+    groups = [(k, [r for r in rows if r["kernel"] == k]) for k in kernels] + [("all", rows)]
+    return [{"kernel": name, "rows": len(group), **{f"geomean {ratio}": geomean([r.get(ratio) for r in group])
+                                                   for ratio in RATIOS}} for name, group in groups]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("runs", nargs="+", help="bench JSON files, oldest first")
+    parser.add_argument("--out", required=True, help="writes OUT.md and OUT.json")
+    parser.add_argument("--plot", help="also draw % of peak per shape into this PNG")
+    args = parser.parse_args()
+
+    merged = merge(args.runs)
+    merged["summary"] = summary(merged["rows"])
+    sources = "\n".join(f"- `{s['file']}` ({s['date']})" for s in merged["sources"])
+    text = (report.header(merged) + f"\n\nRuns combined (a later one wins where two measured the same problem):\n{sources}\n\n"
+            + "Geometric means of the same-run ratios (above 1: tuned is faster):\n\n" + report.tabulated(merged["summary"])
+            + "\n" + report.tabulated(merged["rows"]) + report.notes(merged))
+    out = pathlib.Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.with_name(out.name + ".json").write_text(json.dumps(merged, indent=1, default=str))
+    out.with_name(out.name + ".md").write_text(text)
+    if args.plot:
+        plot.plot(merged, args.plot)
+    print(text)
+
+
+if __name__ == "__main__":
+    main()
