@@ -136,11 +136,7 @@ class Evaluator:
         self.timing = {"warmup_ms": 25.0, "rep_ms": 100.0, "max_reps": 300}
         self.examples_passed: dict[str, int] = {}
         self.compiled_ahead = 0
-        # What the gate will draw (as for the default config): compiled ahead from the first batch on.
-        self._drawn: list[Problem] = [
-            p for p in draw_problems(spec, spec.space.default, dtype, examples=examples, seed=seed, max_numel=max_numel)
-            if p not in self.edges
-        ]
+        self._drawn: list[Problem] | None = None  # the gate's draws, once a compile pool first asks for them
         self.seconds: dict[str, float] = {}
         self._prepare()
 
@@ -172,7 +168,11 @@ class Evaluator:
     @property
     def problems_run(self) -> list[Problem]:
         """Problems a config is launched on: the timed one, its bucket's edges, and the Hypothesis draws
-        seen so far (the same seed draws the same problems for every config that passes)."""
+        seen so far (the same seed draws the same problems for every config that passes): before the first
+        config is checked, those drawn for the default config."""
+        if self._drawn is None:
+            self._drawn = [p for p in draw_problems(self.spec, self.spec.space.default, self.dtype, examples=self.examples,
+                                                    seed=self.seed, max_numel=self.max_numel) if p not in self.edges]
         return [self.problem, *self.edges, *self._drawn]
 
     def is_new(self, config: Config) -> bool:
@@ -213,7 +213,7 @@ class Evaluator:
             kind = "compile_error" if f.reason.startswith(COMPILE_ERRORS) else f.kind
             return TrialOutcome(number, config, kind, f.reason, example=f.problem)
         self.examples_passed[json.dumps(config, sort_keys=True)] = result.examples + 1
-        if not self._drawn:  # the default's draws were none of them: those of the first config that passes
+        if not self._drawn:  # not drawn yet, or the default's draws were none of them: those of the first pass
             self._drawn = [p for p in result.problems if p not in self.edges]
         timed = time.perf_counter()
         ms = bench.time_ms(lambda: self.spec.launch(self.inputs, config, self._out), **self.timing)

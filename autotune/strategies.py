@@ -50,15 +50,31 @@ def sizes_between(lo: int, hi: int) -> st.SearchStrategy[int]:
     return st.one_of(st.sampled_from(sorted(n for n in near if lo <= n <= hi)), st.integers(lo, hi))
 
 
+def class_floor(e: int) -> int:
+    """The smallest size of power-of-two class e, (2**(e-1), 2**e] (1 for e = 0)."""
+    return 2 ** (e - 1) + 1 if e else 1
+
+
 def pow2_classes(fits: Callable[[int], bool], most: int) -> list[int]:
     """The exponents e with 2**e <= next_pow2(most) for which fits(2**e): where a constraint depends on a
     size only through next_pow2(size), the sizes it admits are those classes, (2**(e-1), 2**e] each."""
     return [e for e in range(next_pow2(max(1, most)).bit_length()) if fits(2**e)]
 
 
+PROBE_ROWS = 1 << 20
+"""Rows of the problems that probe which row lengths a config runs on: enough for any rows per program."""
+
+
+def steered_classes(fits: Callable[[int], bool], most: int) -> list[int] | None:
+    """`pow2_classes(fits, most)` where they narrow the draws; None where fits admits every class or none
+    (then a config's problems are drawn as any config's)."""
+    classes = pow2_classes(fits, most)
+    return classes if 0 < len(classes) < len(pow2_classes(lambda n: True, most)) else None
+
+
 def sizes_in_classes(exponents: Sequence[int], most: int) -> st.SearchStrategy[int]:
     """A size of at most `most` in one of the power-of-two classes (2**(e-1), 2**e], edge sizes first-class."""
-    bands = [(2 ** (e - 1) + 1 if e else 1, min(2**e, most)) for e in exponents if e == 0 or 2 ** (e - 1) < most]
+    bands = [(class_floor(e), min(2**e, most)) for e in exponents if class_floor(e) <= most]
     return st.sampled_from(bands).flatmap(lambda band: sizes_between(*band))
 
 

@@ -14,7 +14,9 @@ from hypothesis import strategies as st
 from autotune.search_spaces.group_norm import bucket, group_shape
 from autotune.spec import Cost, parse_sizes
 from autotune.space import Config, SearchSpace
-from autotune.strategies import edge_sizes, factorizations, magnitudes, next_pow2, pow2_classes, sizes, sizes_in_classes
+from autotune.strategies import (
+    class_floor, edge_sizes, factorizations, magnitudes, next_pow2, pow2_classes, sizes, sizes_in_classes,
+)
 
 ACTIVATIONS = {"none": 0, "silu": 1, "mish": 2}
 """Activation name -> the ACTIVATION constexpr of the kernels."""
@@ -158,17 +160,14 @@ def problems_for_config(space: SearchSpace, config: Config, max_numel: int) -> s
     def fits(cg: int, hw: int) -> bool:
         return space.rejects(config, {"shape": [PROBE_GROUPS, cg, hw], "groups": 1, "layout": "contiguous"}) is None
 
-    def low(e: int) -> int:  # the smallest size of class e
-        return 2 ** (e - 1) + 1 if e else 1
-
     every = [(a, b) for a in pow2_classes(lambda c: True, most_cg) for b in pow2_classes(lambda h: True, max_numel)
-             if low(a) * low(b) <= max_numel]
+             if class_floor(a) * class_floor(b) <= max_numel]
     classes = [(a, b) for a, b in every if fits(2**a, 2**b)]
     if not classes or len(classes) == len(every):
         return problems(max_numel)
 
     def group_sizes(a: int, b: int) -> st.SearchStrategy[tuple[int, int]]:
-        return sizes_in_classes([a], min(most_cg, max_numel // low(b))).flatmap(
+        return sizes_in_classes([a], min(most_cg, max_numel // class_floor(b))).flatmap(
             lambda cg: sizes_in_classes([b], max_numel // cg).map(lambda hw: (cg, hw)))
 
     return problems(max_numel, st.sampled_from(classes).flatmap(lambda ab: group_sizes(*ab)))

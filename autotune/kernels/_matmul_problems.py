@@ -10,6 +10,7 @@ dims are `lead`, empty for a 2-D x), `k`, `n`; `x_layout`, `w_layout` (of the (n
 
 from __future__ import annotations
 
+import functools
 import itertools
 import json
 import math
@@ -19,8 +20,9 @@ from hypothesis import strategies as st
 
 from autotune.kernels._gemm import ACTIVATIONS
 from autotune.spec import Cost, parse_sizes
-from autotune.space import Config, SearchSpace
-from autotune.strategies import next_pow2, sizes, sizes_in_classes
+from autotune.search_spaces.matmul import SPACE
+from autotune.space import Config
+from autotune.strategies import class_floor, next_pow2, sizes, sizes_in_classes
 
 EDGE_SIZES = (1, 7, 33, 65, 129, 4097)
 """Sizes that break tiling: 1, primes, one past a power of two (a block holding all but one element)."""
@@ -59,8 +61,7 @@ and output elements, 256 times the multiply-adds (at most 2G: milliseconds in fl
 with K deep enough for its stages), and plain draws stay under 1M. The interpreter keeps the plain limits."""
 
 
-def problems_for_config(space: SearchSpace, config: Config, dtype: str, max_numel: int,
-                        problems) -> st.SearchStrategy[dict]:
+def problems_for_config(config: Config, dtype: str, max_numel: int, problems) -> st.SearchStrategy[dict]:
     """`problems(max_numel)` for a config whose constraints admit few of its draws: (m, k, n) drawn in the
     power-of-two classes the config runs on in dtype (the space's constraints depend on the sizes only
     through them), up to STEERED_GROWTH times larger on a GPU; the other fields as `problems` draws them."""
@@ -68,44 +69,27 @@ def problems_for_config(space: SearchSpace, config: Config, dtype: str, max_nume
 
     growth = 1 if gpu.interpreter_active() else STEERED_GROWTH
     most, macs = growth * max_numel, growth * growth * GROWTH * max_numel
-    classes = _classes(space, json.dumps(config, sort_keys=True), dtype, most, macs)
-    plain = _classes(None, "", dtype, max_numel, GROWTH * max_numel)
-    if not classes or set(plain) <= set(classes):
+    classes = _classes(json.dumps(config, sort_keys=True), dtype, most, macs)
+    if not classes or set(_classes(None, dtype, max_numel, GROWTH * max_numel)) <= set(classes):
         return problems(max_numel)
     return problems(max_numel, dims=st.sampled_from(classes).flatmap(lambda c: _dims_in_classes(c, most, macs)))
 
 
-def _low(e: int) -> int:
-    """The smallest size of power-of-two class e, (2**(e-1), 2**e]."""
-    return 2 ** (e - 1) + 1 if e else 1
-
-
-_CLASSES: dict[tuple, list[tuple[int, int, int]]] = {}
-
-
-def _classes(space: SearchSpace | None, config_json: str, dtype: str, most: int, macs: int) -> list[tuple[int, int, int]]:
-    """The (m, k, n) classes whose smallest sizes stay within the limits and, with a space, whose largest
-    the config runs on (remembered: a search checks each config more than once)."""
-    key = (id(space), config_json, dtype, most, macs)
-    if key not in _CLASSES:
-        if len(_CLASSES) > 1024:
-            _CLASSES.clear()
-        _CLASSES[key] = _find_classes(space, json.loads(config_json) if space is not None else None, dtype, most, macs)
-    return _CLASSES[key]
-
-
-def _find_classes(space: SearchSpace | None, config: Config | None, dtype: str, most: int,
-                  macs: int) -> list[tuple[int, int, int]]:
+@functools.lru_cache(maxsize=1024)  # a search checks each config more than once
+def _classes(config_json: str | None, dtype: str, most: int, macs: int) -> tuple[tuple[int, int, int], ...]:
+    """The (m, k, n) classes whose smallest sizes stay within the limits and, for a config (None: any),
+    whose largest it runs on."""
+    config = None if config_json is None else json.loads(config_json)
     exponents = range(next_pow2(most).bit_length())
     found = []
     for em, ek, en in itertools.product(exponents, exponents, exponents):
-        m, k, n = _low(em), _low(ek), _low(en)
+        m, k, n = class_floor(em), class_floor(ek), class_floor(en)
         if m * k > most or k * n > most or m * n > most or m * k * n > macs:
             continue
         probe = {"m": 2**em, "k": 2**ek, "n": 2**en, "batch": 0, "dtype": dtype}
-        if space is None or space.rejects(config, probe) is None:
+        if config is None or SPACE.rejects(config, probe) is None:
             found.append((em, ek, en))
-    return found
+    return tuple(found)
 
 
 def _dims_in_classes(classes: tuple[int, int, int], most: int, macs: int) -> st.SearchStrategy[list[int]]:
@@ -113,7 +97,7 @@ def _dims_in_classes(classes: tuple[int, int, int], most: int, macs: int) -> st.
 
     @st.composite
     def draw(d: st.DrawFn) -> list[int]:
-        low = [_low(e) for e in classes]
+        low = [class_floor(e) for e in classes]
         m = d(sizes_in_classes([em], min(most // low[1], most // low[2], macs // (low[1] * low[2]))))
         k = d(sizes_in_classes([ek], min(most // m, most // low[2], macs // (m * low[2]))))
         n = d(sizes_in_classes([en], min(most // k, most // m, macs // (m * k))))

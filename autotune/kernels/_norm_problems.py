@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from autotune.search_spaces.layer_norm import row_shape
 from autotune.spec import Cost, Inputs, parse_sizes
 from autotune.space import Config, SearchSpace
-from autotune.strategies import magnitudes, next_pow2, pow2_classes, shapes, sizes, sizes_in_classes
+from autotune.strategies import PROBE_ROWS, magnitudes, next_pow2, shapes, sizes, sizes_in_classes, steered_classes
 
 WIDTHS = (1, 2, 3, 5, 7, 13, 31, 127, 509, 1021, 4093, 4095, 4096, 5120, 11008, 65537, 131071)
 """Row lengths that break kernels: 1, primes, one short of a block, and the hidden sizes of real models."""
@@ -69,17 +69,13 @@ def _eps_choices(rms: bool, backward: bool) -> tuple[float | None, ...]:
     return RMS_NORM_EPS if rms else LAYER_NORM_BACKWARD_EPS if backward else LAYER_NORM_EPS
 
 
-PROBE_ROWS = 1 << 20
-"""Rows of the problems that probe which row lengths a config runs on: enough for any ROWS_PER_PROGRAM."""
-
-
 def problems_for_config(space: SearchSpace, config: Config, max_numel: int, *, rms: bool,
                         backward: bool = False) -> st.SearchStrategy[dict]:
     """`problems` with row lengths in the power-of-two classes the config runs on (the spaces' constraints
     depend on the row length only through its class: single holds one class, looped all longer ones)."""
-    classes = pow2_classes(lambda n: space.rejects(config, {"shape": [PROBE_ROWS, n], "norm_dims": 1}) is None,
-                           max_numel)
-    if not classes or len(classes) == len(pow2_classes(lambda n: True, max_numel)):
+    classes = steered_classes(lambda n: space.rejects(config, {"shape": [PROBE_ROWS, n], "norm_dims": 1}) is None,
+                              max_numel)
+    if classes is None:
         return problems(max_numel, rms=rms, backward=backward)
     return problems(max_numel, rms=rms, backward=backward, row_lengths=sizes_in_classes(classes, max_numel))
 

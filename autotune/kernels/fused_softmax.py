@@ -13,7 +13,7 @@ from autotune import runtime
 from autotune.kernels import _checks
 from autotune.search_spaces.softmax import SPACE, bucket, row_shape
 from autotune.spec import Cost, Inputs, KernelSpec, parse_sizes
-from autotune.strategies import magnitudes, next_pow2, pow2_classes, shapes, sizes_in_classes
+from autotune.strategies import PROBE_ROWS, magnitudes, next_pow2, shapes, sizes_in_classes, steered_classes
 
 
 @triton.jit
@@ -149,15 +149,11 @@ def problems(max_numel: int) -> st.SearchStrategy[dict]:
     )
 
 
-PROBE_ROWS = 1 << 20
-"""Rows of the problems that probe which row lengths a config runs on: enough for any ROWS_PER_PROGRAM."""
-
-
 def problems_for_config(config: dict, dtype: torch.dtype, max_numel: int) -> st.SearchStrategy[dict]:
     """`problems` with row lengths in the power-of-two classes the config runs on (SPACE's constraints
     depend on the row length only through its class: single holds one class, online all longer ones)."""
-    classes = pow2_classes(lambda n: SPACE.rejects(config, {"shape": [PROBE_ROWS, n], "dim": -1}) is None, max_numel)
-    if not classes or len(classes) == len(pow2_classes(lambda n: True, max_numel)):
+    classes = steered_classes(lambda n: SPACE.rejects(config, {"shape": [PROBE_ROWS, n], "dim": -1}) is None, max_numel)
+    if classes is None:
         return problems(max_numel)
     return sizes_in_classes(classes, max_numel).flatmap(lambda n: _problems_with_rows_of(n, max_numel))
 

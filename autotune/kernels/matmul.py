@@ -283,7 +283,7 @@ MATMUL = gemm_spec(
     baseline=lambda inputs: torch.matmul(inputs["a"], inputs["b"]),
     problems=problems_.matmul_problems,
     problems_for_config=lambda config, dtype, max_numel: problems_.problems_for_config(
-        SPACE, config, DTYPE_NAMES[dtype], max_numel, problems_.matmul_problems),
+        config, DTYPE_NAMES[dtype], max_numel, problems_.matmul_problems),
     make_inputs=problems_.matmul_inputs,
     bucket=bucket,
     cost=problems_.matmul_cost,
@@ -307,7 +307,7 @@ LINEAR = gemm_spec(
     baseline=lambda inputs: _torch_linear(inputs, None),
     problems=problems_.linear_problems,
     problems_for_config=lambda config, dtype, max_numel: problems_.problems_for_config(
-        SPACE, config, DTYPE_NAMES[dtype], max_numel, problems_.linear_problems),
+        config, DTYPE_NAMES[dtype], max_numel, problems_.linear_problems),
     make_inputs=problems_.linear_inputs,
     bucket=bucket,
     cost=problems_.linear_cost,
