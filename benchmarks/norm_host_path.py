@@ -1,4 +1,4 @@
-"""Host time per call of the public layer_norm, rms_norm and group_norm (softmax for reference): what one
+"""Host time per call of the public layer_norm, rms_norm and group_norm, forward and backward (softmax for reference): what one
 call costs the CPU before the GPU sees any work.
 
     python benchmarks/norm_host_path.py                  # this tree: one JSON object on stdout
@@ -36,23 +36,34 @@ from autotune import gpu
 from hot_path import per_call_samples_us
 
 CASES = [
-    # (label, kernel, shape, inputs that require grad)
-    ("layer_norm", "layer_norm", "64x512", False),
-    ("layer_norm +res", "layer_norm", "64x512+res", False),
-    ("rms_norm", "rms_norm", "64x512", False),
-    ("rms_norm +res", "rms_norm", "64x512+res", False),
-    ("group_norm silu", "group_norm", "2x64x8x8,groups=8,activation=silu", False),
-    ("group_norm silu channels_last", "group_norm", "2x64x8x8,groups=8,activation=silu,layout=channels_last", False),
-    ("layer_norm +res, x requires grad", "layer_norm", "64x512+res", True),
-    ("rms_norm +res, x requires grad", "rms_norm", "64x512+res", True),
-    ("group_norm silu, x requires grad", "group_norm", "2x64x8x8,groups=8,activation=silu", True),
-    ("softmax (reference)", "softmax", "64x512", False),
+    # (label, kernel, shape, mode): mode "call" times the public function; "requires grad" with x requiring
+    # grad (the forward records a graph); "forward+backward" a forward recording a graph, then its backward.
+    ("layer_norm", "layer_norm", "64x512", "call"),
+    ("layer_norm +res", "layer_norm", "64x512+res", "call"),
+    ("rms_norm", "rms_norm", "64x512", "call"),
+    ("rms_norm +res", "rms_norm", "64x512+res", "call"),
+    ("group_norm silu", "group_norm", "2x64x8x8,groups=8,activation=silu", "call"),
+    ("group_norm silu channels_last", "group_norm", "2x64x8x8,groups=8,activation=silu,layout=channels_last", "call"),
+    ("layer_norm +res, x requires grad", "layer_norm", "64x512+res", "requires grad"),
+    ("rms_norm +res, x requires grad", "rms_norm", "64x512+res", "requires grad"),
+    ("group_norm silu, x requires grad", "group_norm", "2x64x8x8,groups=8,activation=silu", "requires grad"),
+    ("layer_norm backward +res", "layer_norm_backward", "64x512+res", "call"),
+    ("rms_norm backward", "rms_norm_backward", "64x512", "call"),
+    ("group_norm backward silu", "group_norm_backward", "2x64x8x8,groups=8,activation=silu", "call"),
+    ("group_norm backward silu channels_last", "group_norm_backward",
+     "2x64x8x8,groups=8,activation=silu,layout=channels_last", "call"),
+    ("layer_norm, forward+backward", "layer_norm", "64x512", "forward+backward"),
+    ("group_norm silu, forward+backward", "group_norm", "2x64x8x8,groups=8,activation=silu", "forward+backward"),
+    ("softmax (reference)", "softmax", "64x512", "call"),
 ]
 KERNEL_MODULES = {
     "autotune.kernels.layer_norm": ("_KERNELS",),
+    "autotune.kernels.layer_norm_backward": ("_norm_backward_kernel", "_sum_partials_kernel"),
     "autotune.kernels.fused_softmax": ("_KERNELS",),
     "autotune.kernels.group_norm": ("_group_norm_single_kernel", "_group_norm_looped_kernel",
                                     "_group_norm_split_stats_kernel", "_group_norm_split_normalize_kernel"),
+    "autotune.kernels.group_norm_backward": ("_group_norm_backward_single_kernel", "_group_norm_backward_sums_kernel",
+                                             "_group_norm_backward_dx_kernel", "_param_grad_reduce_kernel"),
 }
 
 
@@ -68,7 +79,7 @@ class _NoLaunch:
 
 
 def stub_launches() -> None:
-    """Replace every kernel the forward norms and softmax launch with _NoLaunch, before any call."""
+    """Replace every kernel the norms (forward and backward) and softmax launch with _NoLaunch, before any call."""
     for module_name, names in KERNEL_MODULES.items():
         module = importlib.import_module(module_name)
         for name in names:
@@ -79,12 +90,20 @@ def stub_launches() -> None:
                 setattr(module, name, _NoLaunch())
 
 
-def make_call(kernel: str, shape: str, grad: bool, dtype: torch.dtype):
+def make_call(kernel: str, shape: str, mode: str, dtype: torch.dtype):
     spec = autotune.get(kernel)
     inputs = spec.make_inputs(spec.parse_shape(shape), dtype, gpu.device(), 0)
-    if grad:
-        inputs["x"].requires_grad_(True)
-    return lambda: spec.public(inputs)
+    if mode == "call":
+        return lambda: spec.public(inputs)
+    inputs["x"].requires_grad_(True)
+    if mode == "requires grad":
+        return lambda: spec.public(inputs)
+    dy = torch.randn_like(inputs["x"]).detach()
+
+    def forward_backward():
+        torch.autograd.backward(spec.public(inputs), dy)
+        inputs["x"].grad = None
+    return forward_backward
 
 
 def measure(launch: str, calls: int, repeats: int, dtype: torch.dtype) -> dict:
@@ -93,8 +112,8 @@ def measure(launch: str, calls: int, repeats: int, dtype: torch.dtype) -> dict:
     if launch == "stub":
         stub_launches()
     warnings.simplefilter("ignore")  # "no tuned configs" on this machine: the default config is launched
-    rows = {label: per_call_samples_us(make_call(kernel, shape, grad, dtype), calls, repeats)
-            for label, kernel, shape, grad in CASES}
+    rows = {label: per_call_samples_us(make_call(kernel, shape, mode, dtype), calls, repeats)
+            for label, kernel, shape, mode in CASES}
     return {"autotune": str(pathlib.Path(autotune.__file__).parent), "launch": launch, "rows": rows}
 
 

@@ -4,11 +4,14 @@ really runs, and a module calling group_norm compiles whole (fullgraph) with the
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 import torch.nn.functional as F
 
-from autotune import runtime
+from autotune import gpu, runtime
+from autotune.db import BestRow, ConfigStore
 from autotune.kernels import group_norm
 from autotune.kernels.group_norm import _forward
 from autotune.kernels.group_norm_backward import SPEC
@@ -148,6 +151,43 @@ def test_the_tuned_backward_runs_and_no_graph_without_grad():
     with torch.no_grad():
         assert group_norm(x, 4, w).grad_fn is None
     assert group_norm(x, 4, w).grad_fn is not None
+
+
+def test_a_planned_backward_serves_gradients_arriving_in_any_layout():
+    # The eager backward is planned once per call shape and gradient strides; x stays the same throughout.
+    x, w, b = torch.randn(2, 8, 5, 6), torch.randn(8), torch.randn(8)
+    dense = torch.randn(x.shape)
+    for dy in (dense, dense.to(memory_format=torch.channels_last), dense.transpose(2, 3).contiguous().transpose(2, 3),
+               torch.randn(1, 1, 1, 1).expand(x.shape), dense):
+        ours = _grads(lambda *t: group_norm(t[0], 4, t[1], t[2], activation="silu"), x, w, b, dy)
+        theirs = _grads(lambda *t: F.silu(F.group_norm(t[0], 4, t[1], t[2])), x, w, b, dy)
+        torch.testing.assert_close(ours, theirs)
+
+
+def _store_backward_row(path, bucket, cfg):
+    with ConfigStore(str(path)) as store:
+        store.record_best(BestRow(
+            kernel="group_norm_backward", source_hash=SPEC.source_hash, gpu=gpu.current_gpu().name,
+            device_name="test", dtype="fp32", bucket=bucket, config_json=json.dumps(cfg), problem_json="{}",
+            time_ms=1.0, examples_verified=1, triton_version="x", torch_version="y",
+        ))
+
+
+def test_a_backward_planned_once_launches_a_new_row_after_the_database_changes(user_db):
+    x, w, dy = torch.randn(2, 8, 5, 5), torch.randn(8), torch.randn(2, 8, 5, 5)
+    p = problem(x.shape, 4, activation="none", affine="weight")
+    stored = config(variant="split", BLOCK=16, SPLIT=2, num_warps=1, num_stages=1)
+    assert BACKWARD_SPACE.rejects(stored, p) is None
+    theirs = _grads(lambda *t: F.group_norm(t[0], 4, t[1]), x, w, None, dy)
+    with runtime.record_launches() as launches:
+        first = _grads(lambda *t: group_norm(t[0], 4, t[1]), x, w, None, dy)  # plans the default config
+        _store_backward_row(user_db, SPEC.bucket(p), stored)
+        runtime.clear_cache()
+        second = _grads(lambda *t: group_norm(t[0], 4, t[1]), x, w, None, dy)
+    backward_launches = [cfg for kernel, cfg in launches if kernel == "group_norm_backward"]
+    assert backward_launches == [dict(BACKWARD_SPACE.default), stored]
+    torch.testing.assert_close(first, theirs)
+    torch.testing.assert_close(second, theirs)
 
 
 def test_empty_input_gives_empty_and_zero_gradients():

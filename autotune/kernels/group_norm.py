@@ -11,7 +11,7 @@ import triton.language as tl
 
 from autotune import runtime
 from autotune.kernels import _checks
-from autotune.kernels import group_norm_backward  # noqa: F401  (registers the backward op)
+from autotune.kernels import group_norm_backward  # also registers the backward op
 from autotune.kernels._group_norm_common import (
     ACTIVATIONS, accumulator, activate, affine, apply_activation, bucket_edges, channels_inner, check_span, cost,
     dense_like_torch, flat_strides, INTERPRETER_PRESETS, lookup_config, make_forward_inputs, parse_shape, PRESETS,
@@ -355,10 +355,13 @@ def _setup_context(ctx, inputs, output):
 
 
 def _backward_of_forward(ctx, dy, _dmean, _drstd):
+    """The forward op's backward, through the backward op: what torch.compile traces."""
+    return _gradients(ctx, torch.ops.autotune.group_norm_backward, dy)
+
+
+def _gradients(ctx, backward, dy):
     x, weight, bias, mean, rstd = ctx.saved_tensors
-    dx, dweight, dbias = torch.ops.autotune.group_norm_backward(
-        dy, x, weight, bias, mean, rstd, ctx.groups, ctx.activation
-    )
+    dx, dweight, dbias = backward(dy, x, weight, bias, mean, rstd, ctx.groups, ctx.activation)
     return dx, dweight if weight is not None else None, dbias if bias is not None else None, None, None, None
 
 
@@ -375,7 +378,9 @@ class _GroupNormFunction(torch.autograd.Function):
         _setup_context(ctx, (x, weight, bias, groups, eps, activation), output)
         return output
 
-    backward = staticmethod(_backward_of_forward)
+    @staticmethod
+    def backward(ctx, dy, _dmean, _drstd):
+        return _gradients(ctx, group_norm_backward.backward, dy)  # the same kernels, without the op's dispatch
 
 
 def group_norm(

@@ -206,9 +206,11 @@ def _param_grad_reduce_kernel(
         tl.store(db_ptr + cols, tl.sum(acc_b, axis=0).to(db_ptr.dtype.element_ty), mask=c_mask)
 
 
-def _launch(dy, x, weight, bias, mean, rstd, dx, dweight, dbias, groups: int, activation: str, config: dict) -> None:
-    """dx (and dweight, dbias where weight, bias are given) with one config; dy, x, dx must have
-    flat_strides, mean (float64) and rstd (float32) be contiguous (N, groups), numel > 0."""
+def _launcher(dy, x, dx, groups: int, activation: str, has_weight: bool, has_bias: bool, config: dict):
+    """A function (dy, x, weight, bias, mean, rstd, dx, dweight, dbias) that launches config on tensors of
+    the shapes and strides of dy, x and dx (which must have flat_strides, numel > 0): dx, and dweight and
+    dbias where weight and bias are given; mean (float64) and rstd (float32) contiguous (N, groups).
+    Everything the shapes decide (strides, tiles, grids, compile-time arguments) is worked out here, once."""
     n, c = x.shape[:2]
     hw, cg, rows = spatial_size(x), c // groups, n * groups
     dys, xs, dxs = flat_strides(dy), flat_strides(x), flat_strides(dx)
@@ -216,47 +218,57 @@ def _launch(dy, x, weight, bias, mean, rstd, dx, dweight, dbias, groups: int, ac
     block_c, block_hw = tile_shape(config["BLOCK"], cg, max(1, next_pow2(hw) // split), channels_inner(xs, c, hw))
     acc = accumulator(x.dtype)
     sums_dtype = torch.float64 if acc == tl.float64 else torch.float32
-    param_grads = weight is not None or bias is not None
+    param_grads = has_weight or has_bias
     atomic = config["REDUCE"] == "atomic"
-    if not param_grads:
-        dw_sums = db_sums = rstd  # placeholders stay unused
-    elif atomic:
-        dw_sums, db_sums = (torch.zeros(c, dtype=sums_dtype, device=x.device) for _ in range(2))
-    else:
-        dw_sums, db_sums = (torch.empty((n * split, c), dtype=sums_dtype, device=x.device) for _ in range(2))
-    params = (weight if weight is not None else x, bias if bias is not None else x)
+    sums_shape = (c,) if atomic else (n * split, c)
     # Floating-point contraction off: where dx cancels exactly (a group of one element: rstd * (w dz - w dz)),
     # a fused multiply-add keeps the first product's rounding error instead of PyTorch's 0 (the interpreter never fuses).
-    meta = dict(HAS_W=weight is not None, HAS_B=bias is not None, ACTIVATION=ACTIVATIONS[activation], ACC=acc,
+    meta = dict(HAS_W=has_weight, HAS_B=has_bias, ACTIVATION=ACTIVATIONS[activation], ACC=acc,
                 BLOCK_C=block_c, BLOCK_HW=block_hw, num_warps=config["num_warps"], num_stages=config["num_stages"],
                 enable_fp_fusion=False)
     if config["variant"] == "single":
-        _group_norm_backward_single_kernel[(rows,)](
-            dy, x, *params, mean, rstd, dx, dw_sums, db_sums, groups, cg, hw, c, *dys, *xs, *dxs,
-            PARAM_GRADS=param_grads, ATOMIC=atomic, **meta,
-        )
+        single_kernel = _group_norm_backward_single_kernel[(rows,)]
+
+        def launch_dx(dy, x, params, mean, rstd, dx, dw_sums, db_sums):
+            single_kernel(dy, x, *params, mean, rstd, dx, dw_sums, db_sums, groups, cg, hw, c, *dys, *xs, *dxs,
+                          PARAM_GRADS=param_grads, ATOMIC=atomic, **meta)
     else:
-        chunk = triton.cdiv(triton.cdiv(hw, split), block_hw) * block_hw
-        group_sums = torch.empty((rows, split, 2), dtype=sums_dtype, device=x.device)
-        _group_norm_backward_sums_kernel[(rows, split)](
-            dy, x, *params, mean, rstd, dw_sums, db_sums, group_sums, groups, cg, hw, chunk, c, *dys, *xs,
-            PARAM_GRADS=param_grads, ATOMIC=atomic, SPLIT=split, **meta,
-        )
-        _group_norm_backward_dx_kernel[(rows, split)](
-            dy, x, *params, mean, rstd, dx, group_sums, groups, cg, hw, chunk, *dys, *xs, *dxs, SPLIT=split, **meta,
-        )
-    if not param_grads:
-        return
-    if atomic:
-        for grad, sums in ((dweight, dw_sums), (dbias, db_sums)):
-            if grad is not None:
-                grad.copy_(sums)
-        return
-    _param_grad_reduce_kernel[(triton.cdiv(c, REDUCE_BLOCK_C),)](
-        dw_sums, db_sums, dweight if dweight is not None else dw_sums, dbias if dbias is not None else db_sums,
-        n * split, c, HAS_W=dweight is not None, HAS_B=dbias is not None, ACC=acc,
-        BLOCK_ROWS=REDUCE_BLOCK_ROWS, BLOCK_C=REDUCE_BLOCK_C, num_warps=4,
-    )
+        chunk = triton.cdiv(triton.cdiv(hw, split), block_hw) * block_hw  # positions per part, whole tiles
+        sums_kernel = _group_norm_backward_sums_kernel[(rows, split)]
+        dx_kernel = _group_norm_backward_dx_kernel[(rows, split)]
+
+        def launch_dx(dy, x, params, mean, rstd, dx, dw_sums, db_sums):
+            group_sums = torch.empty((rows, split, 2), dtype=sums_dtype, device=x.device)
+            sums_kernel(dy, x, *params, mean, rstd, dw_sums, db_sums, group_sums, groups, cg, hw, chunk, c, *dys, *xs,
+                        PARAM_GRADS=param_grads, ATOMIC=atomic, SPLIT=split, **meta)
+            dx_kernel(dy, x, *params, mean, rstd, dx, group_sums, groups, cg, hw, chunk, *dys, *xs, *dxs,
+                      SPLIT=split, **meta)
+    reduce_kernel = _param_grad_reduce_kernel[(triton.cdiv(c, REDUCE_BLOCK_C),)]
+
+    def launch(dy, x, weight, bias, mean, rstd, dx, dweight, dbias):
+        params = (x if weight is None else weight, x if bias is None else bias)  # absent ones are never read
+        if not param_grads:
+            launch_dx(dy, x, params, mean, rstd, dx, rstd, rstd)  # the sums' placeholders stay unused
+            return
+        alloc = torch.zeros if atomic else torch.empty
+        dw_sums = alloc(sums_shape, dtype=sums_dtype, device=x.device)
+        db_sums = alloc(sums_shape, dtype=sums_dtype, device=x.device)
+        launch_dx(dy, x, params, mean, rstd, dx, dw_sums, db_sums)
+        if atomic:
+            for grad, sums in ((dweight, dw_sums), (dbias, db_sums)):
+                if grad is not None:
+                    grad.copy_(sums)
+            return
+        reduce_kernel(dw_sums, db_sums, dw_sums if dweight is None else dweight, db_sums if dbias is None else dbias,
+                      n * split, c, HAS_W=dweight is not None, HAS_B=dbias is not None, ACC=acc,
+                      BLOCK_ROWS=REDUCE_BLOCK_ROWS, BLOCK_C=REDUCE_BLOCK_C, num_warps=4)
+    return launch
+
+
+def _launch(dy, x, weight, bias, mean, rstd, dx, dweight, dbias, groups: int, activation: str, config: dict) -> None:
+    """dx (and dweight, dbias where weight, bias are given) with one config (see `_launcher`)."""
+    _launcher(dy, x, dx, groups, activation, weight is not None, bias is not None, config)(
+        dy, x, weight, bias, mean, rstd, dx, dweight, dbias)
 
 
 def _run(dy, x, weight, bias, mean, rstd, dx, dweight, dbias, groups: int, activation: str, config: dict) -> None:
@@ -371,17 +383,35 @@ SPEC = KernelSpec(
 _TUNED = runtime.tuned(SPEC)
 
 
+def _plan(dy, x, dx, groups: int, activation: str, has_weight: bool, has_bias: bool):
+    """(config, launcher) of a call on dy, x into dx, or False where their spatial dims go through copies."""
+    config = lookup_config(_TUNED, x, groups, activation)
+    if flat_strides(dy) is None or flat_strides(x) is None or flat_strides(dx) is None:
+        return False
+    return config, _launcher(dy, x, dx, groups, activation, has_weight, has_bias, config)
+
+
 def backward(dy, x, weight, bias, mean, rstd, groups: int, activation: str):
     """(dx, dweight, dbias) with the tuned config, from the statistics the forward saved (mean float64,
     rstd float32, both (N, groups)); a gradient for an absent parameter is an empty tensor."""
     dx = torch.empty_like(x)
     dweight = torch.empty_like(weight) if weight is not None else None
     dbias = torch.empty_like(bias) if bias is not None else None
-    config = None
     if x.numel():
-        config = lookup_config(_TUNED, x, groups, activation)
-        runtime.note_launch(SPEC.name, config)
-    _run(dy, x, weight, bias, mean, rstd, dx, dweight, dbias, groups, activation, config)
+        # Planned once per call shape: empty_like gives dx the same strides for the same x.
+        has_weight, has_bias = weight is not None, bias is not None
+        plan = _TUNED.derived((x.dtype, x.shape, x.stride(), dy.stride(), groups, activation, has_weight,
+                               has_bias), lambda: _plan(dy, x, dx, groups, activation, has_weight, has_bias))
+        if plan:
+            config, launch = plan
+            runtime.note_launch(SPEC.name, config)
+            launch(dy, x, weight, bias, mean.contiguous(), rstd.contiguous(), dx, dweight, dbias)
+        else:
+            config = lookup_config(_TUNED, x, groups, activation)
+            runtime.note_launch(SPEC.name, config)
+            _run(dy, x, weight, bias, mean, rstd, dx, dweight, dbias, groups, activation, config)
+    else:
+        _run(dy, x, weight, bias, mean, rstd, dx, dweight, dbias, groups, activation, None)
     return dx, x.new_empty(0) if dweight is None else dweight, x.new_empty(0) if dbias is None else dbias
 
 

@@ -380,8 +380,9 @@ def _(dy, x, weight, bias, mean, dh, eps, rms):
 
 
 def _public(inputs: Inputs, rms: bool):
+    """The backward as eager autograd runs it: `backward_rows` itself (torch.compile calls it through the op)."""
     k = len(inputs["normalized_shape"])
-    return fused_norm_backward(
+    return backward_rows(
         as_rows(inputs["dy"], k), as_rows(inputs["x"], k), flat(inputs["weight"]), flat(inputs["bias"]),
         inputs["dy"].new_empty(0, dtype=torch.float32) if rms else inputs["mean"], as_rows(inputs["dh"], k),
         inputs["eps"], rms,
