@@ -293,8 +293,11 @@ def _search_row(spec: autotune.KernelSpec, r) -> dict:
               help="SPEC for the one kernel named, else KERNEL=SPEC (repeatable; default: presets, small ones without a GPU).")
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False), help="Also draw % of roofline per shape into this PNG.")
 @click.option("--format", "fmt", type=FORMATS, default="table", show_default=True)
-@click.option("--out", "prefix", help="Also write PREFIX.md (the table) and PREFIX.json (every measurement).")
-def bench(kernels, all_kernels, against, gpu_name, dtypes, shapes, plot_path, fmt, prefix) -> None:
+@click.option("--graphs", is_flag=True,
+              help="Also time each call replayed from a CUDA graph: the GPU's time without the host's (GPU only).")
+@click.option("--out", "prefix", help="Also write PREFIX.md (the table) and PREFIX.json (every measurement), "
+                                      "updated after each shape, so a run cut short keeps what it measured.")
+def bench(kernels, all_kernels, against, gpu_name, dtypes, shapes, plot_path, graphs, fmt, prefix) -> None:
     """Time KERNEL's tuned config against its default config, PyTorch eager and torch.compile, side by side."""
     from autotune import plot, report
 
@@ -313,6 +316,8 @@ def bench(kernels, all_kernels, against, gpu_name, dtypes, shapes, plot_path, fm
         todo = report.plan(names, _dtypes(dtypes, None), by_kernel, skip_unsupported=all_kernels)
         if plot_path:
             plot.require_matplotlib()
+        if graphs and gpu.device().type != "cuda":
+            raise click.BadParameter("CUDA graphs need a CUDA GPU; this run has none", param_hint="--graphs")
     except (gpu.GPUMismatchError, plot.PlotUnavailable) as exc:
         raise click.ClickException(str(exc)) from None
     except ValueError as exc:
@@ -322,7 +327,11 @@ def bench(kernels, all_kernels, against, gpu_name, dtypes, shapes, plot_path, fm
     def progress(i: int, case) -> None:
         click.echo(f"[{i + 1}/{len(todo.cases)}] {case.spec.name} {DTYPE_NAMES[case.dtype]} {shape_label(case.problem)}", err=True)
 
-    result = report.measure(todo, impls, on_case=progress)
+    def save_so_far(partial: dict) -> None:
+        partial["rows"] = report.rows(partial)
+        report.save(prefix, partial, report.text(partial))
+
+    result = report.measure(todo, impls, graphs=graphs, on_case=progress, on_measured=save_so_far if prefix else None)
     result["rows"] = report.rows(result)
     text = report.text(result)
     if fmt == "table":

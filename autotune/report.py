@@ -130,10 +130,12 @@ def environment() -> dict:
 
 
 def measure(plan: Plan, impls: Sequence[str], *, graphs: bool = False,
-            on_case: Callable[[int, Case], None] | None = None) -> dict:
+            on_case: Callable[[int, Case], None] | None = None,
+            on_measured: Callable[[dict], None] | None = None) -> dict:
     """Time each implementation in `impls` (see IMPLEMENTATIONS) on each case of the plan; with `graphs`, also
     replayed from a CUDA graph. The report: `environment()`, the cases skipped, and one record per case and
-    implementation (an implementation that raises is recorded with its error, not timed)."""
+    implementation (an implementation that raises is recorded with its error, not timed). `on_measured` gets
+    the report so far after each case but the last, marked "partial" (to save what a cut-short run measured)."""
     unknown = [i for i in impls if i not in IMPLEMENTATIONS]
     if unknown:
         raise ValueError(f"implementations {unknown}: expected some of {IMPLEMENTATIONS}")
@@ -149,6 +151,9 @@ def measure(plan: Plan, impls: Sequence[str], *, graphs: bool = False,
             if "compile" in impls and case.spec.name not in compiled:
                 compiled[case.spec.name] = torch.compile(case.spec.baseline, dynamic=False)
             records += _measure_case(case, impls, compiled.get(case.spec.name), graphs)
+            if on_measured and i + 1 < len(plan.cases):
+                on_measured({**report, "partial": f"{i + 1} of {len(plan.cases)} cases measured",
+                             "skipped": plan.skipped, "records": list(records)})
     return {**report, "skipped": plan.skipped, "records": records}
 
 
@@ -226,11 +231,13 @@ def rows(report: dict) -> list[dict]:
         row[f"{r['impl']} rate"] = rate
         row[f"{r['impl']} % peak"] = r.get("pct_peak")
     for row in table.values():
-        tuned = row.get("tuned ms")
-        for impl in AGAINST:
-            if f"{impl} ms" in row:
-                theirs = row[f"{impl} ms"]
-                row[f"vs {impl}"] = theirs / tuned if theirs and tuned else None
+        for timing in ("ms", "graph ms"):
+            tuned = row.get(f"tuned {timing}")
+            for impl in AGAINST:
+                if f"{impl} {timing}" in row:
+                    theirs = row[f"{impl} {timing}"]
+                    row[f"vs {impl}" + (" (graph)" if timing == "graph ms" else "")] = (
+                        theirs / tuned if theirs and tuned else None)
     return list(table.values())
 
 
@@ -246,6 +253,10 @@ def header(report: dict) -> str:
                      f"kernels, TFLOP/s by dtype ({peaks or 'unknown'}) for compute-bound ones")
     lines.append("vs X: X's time / tuned time (above 1: tuned is faster); tuned: the public function, launching the "
                  "config the runtime picks (config from: exact bucket, nearest, or default)")
+    if any(r.get("graph_ms") is not None for r in report["records"]):
+        lines.append("graph ms, vs X (graph): each call replayed from a CUDA graph, the L2 still cleared before each: "
+                     "the GPU's time without the host's, which the plain medians include wherever a call's host path "
+                     "outlasts the clearing")
     return "\n".join(lines)
 
 
@@ -264,7 +275,8 @@ def tabulated(table: list[dict]) -> str:
 
 def notes(report: dict) -> str:
     """What the report left out: kernels skipped in a dtype, implementations that raised."""
-    lines = [f"- skipped {s}" for s in report.get("skipped", [])]
+    lines = [f"- partial: {report['partial']} (the run was cut short)"] if report.get("partial") else []
+    lines += [f"- skipped {s}" for s in report.get("skipped", [])]
     lines += [f"- {r['kernel']} {r['dtype']} {r['shape']} {r['impl']}: {r['error']}" for r in errors(report)]
     return "\nNotes:\n" + "\n".join(lines) + "\n" if lines else ""
 

@@ -3,7 +3,8 @@
 # Stages: check | search-add | search-softmax | search-fix | search-norms | reverify | gpu-tests | compare | compare-norms
 #         | bench | bench-attention | hot-path | norm-host-path | quality | off-bucket | multi-gpu | faults
 # bench, bench-attention: `autotune bench` (tuned vs default vs eager vs torch.compile, table + PNG) of every
-# shipped kernel in BENCH_DTYPES (default bf16) on its presets, the attention pair apart (each under ~10 minutes).
+# shipped kernel in BENCH_DTYPES (default bf16) on its presets, the attention pair apart (each under ~10 minutes);
+# BENCH_GRAPHS=1 adds CUDA-graph timings (the GPU's time without the host's).
 # off-bucket: the runtime's config against a search of that exact shape, on shapes between the tuned buckets of
 # the memory-bound kernels (bf16; OFFBUCKET_KERNELS, OFFBUCKET_TRIALS, OFFBUCKET_TIMEOUT; about 7 minutes on an H100).
 # The config database is $AUTOTUNE_DB (default $OUT/tuned.sqlite); logs go to $OUT.
@@ -50,7 +51,7 @@ for stage in "$@"; do
       [ "$stage" = bench-attention ] && kernels="flash_attn flash_attn_backward" && name=bench-attention
       dtypes=""; for d in ${BENCH_DTYPES:-bf16}; do dtypes="$dtypes --dtype $d"; done
       # shellcheck disable=SC2086
-      at bench $kernels --gpu "$GPU" $dtypes --plot "$OUT/$name-$GPU-$stamp.png" --out "$OUT/$name-$GPU-$stamp" ;;
+      at bench $kernels --gpu "$GPU" $dtypes ${BENCH_GRAPHS:+--graphs} --plot "$OUT/$name-$GPU-$stamp.png" --out "$OUT/$name-$GPU-$stamp" ;;
     hot-path)
       python3 benchmarks/hot_path.py --out "$OUT/hot-path-$GPU-$stamp" ;;
     norm-host-path)  # BEFORE_TREE: an older tree (its autotune/ extracted) to compare the norms' host path with

@@ -81,6 +81,35 @@ def test_plot_and_out_write_a_png_a_table_and_every_measurement(user_db, tmp_pat
     assert table_rows(prefix.with_name("bench-cpu.md").read_text()) == table_rows(result.stdout)
 
 
+def test_a_run_cut_short_keeps_the_shapes_it_measured_in_its_files(user_db, tmp_path, monkeypatch):
+    measure_case, measured = report._measure_case, []
+
+    def interrupted_on_the_third(*args):
+        if len(measured) == 2:
+            raise KeyboardInterrupt  # as Ctrl-C, or a time limit's SIGINT, while the third shape runs
+        measured.append(args[0].problem)
+        return measure_case(*args)
+
+    monkeypatch.setattr(report, "_measure_case", interrupted_on_the_third)
+    prefix = tmp_path / "bench-cut"
+    result = bench("vector_add", "--against", "default", "--shape", "3000", "--shape", "5000", "--shape", "7000",
+                   "--out", str(prefix))
+    assert result.exit_code != 0 and len(measured) == 2
+    saved = json.loads(prefix.with_name("bench-cut.json").read_text())
+    assert saved["partial"] == "2 of 3 cases measured"
+    assert [r["shape"] for r in saved["rows"]] == ["3000", "5000"]
+    assert all(r["median_ms"] > 0 for r in saved["records"])
+    text = prefix.with_name("bench-cut.md").read_text()
+    assert [r["shape"] for r in table_rows(text)] == ["3000", "5000"] and "partial: 2 of 3 cases measured" in text
+
+
+def test_a_finished_run_is_not_marked_partial(user_db, tmp_path):
+    prefix = tmp_path / "bench-whole"
+    assert bench("vector_add", "--against", "default", "--shape", "3000", "--shape", "5000", "--out", str(prefix)).exit_code == 0
+    saved = json.loads(prefix.with_name("bench-whole.json").read_text())
+    assert "partial" not in saved and [r["shape"] for r in saved["rows"]] == ["3000", "5000"]
+
+
 @pytest.mark.parametrize("args, message", [
     (["vector_add", "--against", "torch,eager"], "--against 'torch,eager': expected a comma-separated list of"),
     (["vector_add", "--gpu", "H100"], "a benchmark measures the GPU it runs on"),
@@ -91,6 +120,7 @@ def test_plot_and_out_write_a_png_a_table_and_every_measurement(user_db, tmp_pat
     (["no_such_kernel"], "unknown kernel 'no_such_kernel'"),
     ([], "name the kernels to measure, or pass --all"),
     (["vector_add", "--all"], "name the kernels to measure, or pass --all"),
+    (["vector_add", "--graphs"], "CUDA graphs need a CUDA GPU"),
 ])
 def test_bad_requests_are_one_clear_line_before_anything_is_measured(args, message):
     result = bench(*args)
@@ -137,3 +167,14 @@ def test_on_a_gpu_rates_are_a_share_of_its_datasheet_peak(user_db):
         assert 0 < r["pct_peak"] <= 100 and r["pct_peak"] == pytest.approx(100 * r["gbs"] / out["peak_bandwidth_gbs"])
     assert [row["kernel"] for row in out["rows"]] == ["vector_add", "softmax"]
     assert all(row["vs compile"] == pytest.approx(row["compile ms"] / row["tuned ms"]) for row in out["rows"])
+
+
+@pytest.mark.gpu
+def test_graphs_add_each_calls_gpu_time_without_the_host_and_its_ratios(user_db):
+    result = bench("group_norm_backward", "--against", "default", "--dtype", "bf16", "--shape", "8x512x64x64",
+                   "--graphs", "--format", "json")
+    assert result.exit_code == 0, result.output
+    (row,) = json.loads(result.stdout)["rows"]
+    assert 0 < row["tuned graph ms"] and 0 < row["default graph ms"]
+    assert row["vs default (graph)"] == pytest.approx(row["default graph ms"] / row["tuned graph ms"])
+    assert row["vs default"] == pytest.approx(row["default ms"] / row["tuned ms"])
