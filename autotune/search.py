@@ -275,7 +275,7 @@ def search(
     study = optuna.create_study(
         study_name=name, storage=storage, sampler=make_sampler(sampler, spec, seed), direction="minimize", load_if_exists=True
     )
-    for warm in [*warm_starts(spec, store, info.name, dtype, bucket), *(spec.space.validate(c) for c in warm_start)]:
+    for warm in [*warm_starts(spec, store, info.name, dtype, bucket, problem), *(spec.space.validate(c) for c in warm_start)]:
         study.enqueue_trial(warm, skip_if_exists=True)
 
     outcomes: list[TrialOutcome] = []
@@ -427,8 +427,17 @@ def _optimize_in_batches(
                 study.tell(trial, state=optuna.trial.TrialState.PRUNED)
 
 
-def warm_starts(spec: KernelSpec, store: ConfigStore | None, gpu_name: str, dtype: torch.dtype, bucket: str) -> list[Config]:
-    """The configs a study tries first: the space's default, then the best stored for its bucket, if any."""
+NEIGHBOUR_WARM_STARTS = 3
+"""How many winners of neighbouring searches a study also tries first (see `warm_starts`)."""
+
+
+def warm_starts(spec: KernelSpec, store: ConfigStore | None, gpu_name: str, dtype: torch.dtype, bucket: str,
+                problem: Problem | None = None) -> list[Config]:
+    """The configs a study tries first: the space's default, then the best stored for its bucket, if any.
+
+    Given the problem, also up to NEIGHBOUR_WARM_STARTS winners of neighbouring searches that run on it,
+    nearest first: this bucket in another dtype or on another GPU, then the nearest buckets (from `store`
+    and the shipped database). Each is only a first guess, measured here like any trial; nothing is copied."""
     configs = [dict(spec.space.default)]
     if store is not None:
         for row in store.best_rows(kernel=spec.name, gpu=gpu_name, dtype=DTYPE_NAMES[dtype], source_hash=spec.source_hash):
@@ -437,7 +446,47 @@ def warm_starts(spec: KernelSpec, store: ConfigStore | None, gpu_name: str, dtyp
                     configs.append(spec.space.validate(row.config))
                 except ValueError:
                     pass  # a stale or corrupt row is no warm start
+    if problem is not None:
+        neighbours = [c for c in _neighbour_winners(spec, store, gpu_name, DTYPE_NAMES[dtype], bucket, problem)
+                      if c not in configs]
+        configs += list({_frozen(c): c for c in neighbours}.values())[:NEIGHBOUR_WARM_STARTS]  # each once
     return configs
+
+
+def _frozen(config: Config) -> tuple:
+    return tuple(sorted(config.items()))
+
+
+def _neighbour_winners(spec: KernelSpec, store: ConfigStore | None, gpu_name: str, dtype: str, bucket: str,
+                       problem: Problem) -> list[Config]:
+    """Stored bests of this kernel's source other than this search's own row that run on `problem`, nearest
+    bucket first, then the same dtype, then the same GPU (other GPUs' only on a GPU)."""
+    from autotune import db
+
+    rows = []
+    if store is not None:
+        rows += store.best_rows(kernel=spec.name, source_hash=spec.source_hash)
+    shipped = db.shipped_path()
+    if shipped.exists() and (store is None or store.url != db.as_url(str(shipped))):
+        with ConfigStore(db.as_url(str(shipped)), readonly=True) as shipped_store:
+            rows += shipped_store.best_rows(kernel=spec.name, source_hash=spec.source_hash)
+    # Under the interpreter a GPU's winner is no better a guess than any other config.
+    other_gpus = not gpu.current_gpu().is_interpreter
+    ranked = []
+    for row in rows:
+        if row.flagged or (row.gpu, row.dtype, row.bucket) == (gpu_name, dtype, bucket):
+            continue
+        if row.gpu != gpu_name and not other_gpus:
+            continue
+        distance = spec.bucket_distance(row.bucket, bucket)
+        try:
+            config = spec.space.validate(row.config)
+        except ValueError:
+            continue
+        if distance < float("inf") and spec.space.rejects(config, problem) is None:
+            ranked.append(((distance, row.dtype != dtype, row.gpu != gpu_name), config))
+    ranked.sort(key=lambda r: r[0])
+    return [config for _, config in ranked]
 
 
 def _record(store: ConfigStore, spec: KernelSpec, result: SearchResult, info: gpu.GPUInfo) -> None:

@@ -1,0 +1,71 @@
+"""A study first tries the default, its own bucket's stored best, then the winners of neighbouring searches
+(this bucket in another dtype, the nearest buckets) that run on its problem, nearest first; each is measured
+here like any trial."""
+
+import json
+
+import torch
+
+from autotune import gpu
+from autotune.db import ConfigStore
+from autotune.kernels import fused_softmax
+from autotune.search import NEIGHBOUR_WARM_STARTS, search, warm_starts
+from autotune.space import Config
+from stored_rows import store_best
+
+SPEC = fused_softmax.SPEC
+PROBLEM = SPEC.parse_shape("8x100")  # bucket m=8,n=128
+
+
+def single(rows: int, warps: int, block: int = 128) -> Config:
+    return {"variant": "single", "BLOCK_SIZE": block, "ROWS_PER_PROGRAM": rows, "num_warps": warps, "num_stages": 1}
+
+
+def online(block: int, warps: int) -> Config:
+    return {"variant": "online", "BLOCK_SIZE": block, "ROWS_PER_PROGRAM": 1, "num_warps": warps, "num_stages": 2}
+
+
+HALF_SAME_BUCKET = single(2, 1)
+ROWS_16 = single(4, 2)
+ROWS_64 = online(64, 2)
+ROWS_1024 = online(32, 1)
+WIDER_ROWS = single(1, 2, block=256)  # bucket n=256: a single block of 256 cannot run on rows of 100
+
+
+def _store_neighbours(db) -> None:
+    assert SPEC.bucket(PROBLEM) == "m=8,n=128"
+    store_best(db, SPEC, "m=8,n=128", HALF_SAME_BUCKET, dtype="fp16")
+    store_best(db, SPEC, "m=16,n=128", ROWS_16)
+    store_best(db, SPEC, "m=8,n=256", WIDER_ROWS)
+    store_best(db, SPEC, "m=64,n=128", ROWS_64)
+    store_best(db, SPEC, "m=1024,n=128", ROWS_1024)
+    store_best(db, SPEC, "m=32,n=128", single(8, 4), source_hash="another-kernel-source")
+
+
+def test_neighbouring_winners_that_run_on_the_problem_come_nearest_first(user_db):
+    _store_neighbours(user_db)
+    with ConfigStore(str(user_db)) as store:
+        starts = warm_starts(SPEC, store, gpu.current_gpu().name, torch.float32, "m=8,n=128", PROBLEM)
+        assert starts == [SPEC.space.default, HALF_SAME_BUCKET, ROWS_16, ROWS_64]
+        assert NEIGHBOUR_WARM_STARTS == 3  # m=1024 is the fourth neighbour: left for the sampler
+        # This bucket's own row comes first among the stored ones, and is not repeated as a neighbour.
+        store_best(user_db, SPEC, "m=8,n=128", ROWS_16)
+        starts = warm_starts(SPEC, store, gpu.current_gpu().name, torch.float32, "m=8,n=128", PROBLEM)
+        assert starts == [SPEC.space.default, ROWS_16, HALF_SAME_BUCKET, ROWS_64, ROWS_1024]
+        # Without the problem (what runs on it is unknown), only the default and the own row.
+        assert warm_starts(SPEC, store, gpu.current_gpu().name, torch.float32, "m=8,n=128") == [
+            SPEC.space.default, ROWS_16]
+
+
+def test_a_search_measures_the_neighbours_first_and_stores_only_its_own_measurement(user_db):
+    _store_neighbours(user_db)
+    with ConfigStore(str(user_db)) as store:
+        result = search(SPEC, PROBLEM, torch.float32, trials=6, store=store, examples=3, final_examples=5)
+        trials = store.trials(kernel="softmax")
+        rows = {(r.dtype, r.bucket): r for r in store.best_rows(kernel="softmax")}
+    first = sorted(trials, key=lambda t: t.number)[:4]
+    assert [json.loads(t.config_json) for t in first] == [SPEC.space.default, HALF_SAME_BUCKET, ROWS_16, ROWS_64]
+    assert all(t.outcome == "ok" and t.time_ms > 0 for t in first)  # each verified and timed here
+    mine = rows[("fp32", "m=8,n=128")]
+    assert mine.config == result.best_config and mine.time_ms == result.best_ms
+    assert rows[("fp16", "m=8,n=128")].config == HALF_SAME_BUCKET  # the neighbours' rows are left as they were
