@@ -45,6 +45,17 @@ def _store(url: str | None, *, readonly: bool = False):
         raise click.ClickException(str(exc)) from None
 
 
+def _config_option(spec: autotune.KernelSpec, text: str, option: str) -> dict:
+    """A config given as a JSON object on the command line, keys left out taken from the default, validated."""
+    try:
+        given = json.loads(text)
+        if not isinstance(given, dict):
+            raise ValueError(f"expected a JSON object, got {text!r}")
+        return spec.space.validate({**spec.space.default, **given})
+    except (json.JSONDecodeError, ValueError) as exc:
+        raise click.BadParameter(str(exc), param_hint=option) from None
+
+
 def _emit(rows: list[dict], fmt: str) -> None:
     if fmt == "json":
         click.echo(json.dumps(rows, indent=2, default=str))
@@ -100,13 +111,7 @@ def verify(kernel: str, config_json: str | None, dtypes: tuple[str, ...], exampl
     from autotune.verify import verify as run_verify
 
     spec = _spec(kernel)
-    try:
-        given = json.loads(config_json) if config_json else {}
-        if not isinstance(given, dict):
-            raise ValueError(f"expected a JSON object, got {config_json!r}")
-        config = spec.space.validate({**spec.space.default, **given})
-    except (json.JSONDecodeError, ValueError) as exc:
-        raise click.BadParameter(str(exc), param_hint="--config") from None
+    config = _config_option(spec, config_json or "{}", "--config")
     rows, failed = [], False
     for dtype in _dtypes(dtypes, spec):
         result = run_verify(spec, config, dtype, examples=examples, seed=seed)
@@ -153,9 +158,12 @@ def verify(kernel: str, config_json: str | None, dtypes: tuple[str, ...], exampl
                    "(default: on a GPU, or with --trial-timeout).")
 @click.option("--trial-timeout", type=click.FloatRange(min=0, min_open=True),
               help="Seconds one config may take in the worker before it is killed and recorded as timeout [default: 300].")
+@click.option("--warm-start", "warm_start", multiple=True, metavar="CONFIG",
+              help="A config to try first, as JSON (keys left out take the default's), e.g. one of a triton.autotune "
+                   "list; repeatable. Verified and timed like every trial.")
 @click.option("--format", "fmt", type=FORMATS, default="table", show_default=True)
 def search(kernel, gpu_name, dtypes, shapes, trials, timeout, sampler, db_url, storage, workers, gpus, heartbeat, examples,
-           final_examples, seed, compile_workers, isolate, trial_timeout, fmt) -> None:
+           final_examples, seed, compile_workers, isolate, trial_timeout, warm_start, fmt) -> None:
     """Tune KERNEL on this GPU: one Optuna study per dtype and shape bucket; store the best."""
     from tqdm import tqdm
 
@@ -164,6 +172,7 @@ def search(kernel, gpu_name, dtypes, shapes, trials, timeout, sampler, db_url, s
     from autotune.search import check_gpu, search as run_search
 
     spec = _spec(kernel)
+    warm_start = [_config_option(spec, text, "--warm-start") for text in warm_start]
     try:
         isolate = use_isolation(isolate, trial_timeout, spec)
     except ValueError as exc:
@@ -181,7 +190,7 @@ def search(kernel, gpu_name, dtypes, shapes, trials, timeout, sampler, db_url, s
             raise click.UsageError("--compile-workers is for a one-process search; not with --storage, --workers or --gpus")
         jobs = [(problem, dtype) for dtype in _dtypes(dtypes, spec) for problem in problems]
         options = dict(gpu_name=gpu_name, trials=trials, timeout=timeout, sampler=sampler, storage=storage, seed=seed,
-                       examples=examples, final_examples=final_examples,
+                       examples=examples, final_examples=final_examples, warm_start=warm_start,
                        **({"heartbeat_s": heartbeat} if heartbeat else {}))
         _emit([_search_row(spec, r) for r in _search_shared(spec, jobs, db_url, workers, gpus, options)], fmt)
         return
@@ -201,8 +210,8 @@ def search(kernel, gpu_name, dtypes, shapes, trials, timeout, sampler, db_url, s
                     result = run_search(
                         spec, problem, dtype, gpu_name=gpu_name, trials=trials, timeout=timeout, sampler=sampler,
                         store=store, storage=storage, seed=seed, examples=examples, final_examples=final_examples,
-                        on_trial=tick,
-                        compile_workers=pool, isolate=isolate, trial_timeout=trial_timeout,
+                        on_trial=tick, compile_workers=pool, isolate=isolate, trial_timeout=trial_timeout,
+                        warm_start=warm_start,
                     )
                 phases = ", ".join(f"{k} {v:.1f}" for k, v in result.seconds.items())
                 click.echo(f"{label}: {result.evaluations} evaluated, {result.compiled_ahead} compiled ahead; seconds: {phases}",

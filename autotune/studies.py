@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import warnings
+from collections.abc import Sequence
 from typing import Any
 
 import optuna
@@ -25,7 +26,7 @@ from autotune.search import (
     study_name,
     warm_starts,
 )
-from autotune.space import Problem
+from autotune.space import Config, Problem
 from autotune.spec import DTYPE_NAMES, KernelSpec, dtype_from_name
 
 HEARTBEAT_S = 10
@@ -115,9 +116,11 @@ def create_shared_study(
     examples: int = 20,
     max_numel: int | None = None,
     heartbeat_s: int = HEARTBEAT_S,
+    warm_start: Sequence[Config] = (),
 ) -> str:
     """Create (or extend, with `trials` more evaluations) the study of problem in storage, warm-started
-    like a one-process search; returns its name, all a worker needs besides the storage."""
+    like a one-process search (`warm_start`: configs tried first too); returns its name, all a worker needs
+    besides the storage."""
     info = check_request(spec, problem, dtype, gpu_name)
     if sampler not in SAMPLERS:
         raise ValueError(f"sampler {sampler!r} is not one of {list(SAMPLERS)}")
@@ -137,7 +140,8 @@ def create_shared_study(
     )
     if PLAN_ATTR in study.user_attrs and not plan_of(study).measures_like(plan):
         raise ValueError(f"study {name!r} in {storage} measures {plan_of(study)}, not {plan}: use another storage")
-    for config in [*warm_starts(spec, store, info.name, dtype, spec.bucket(problem)), *grid]:
+    for config in [*warm_starts(spec, store, info.name, dtype, spec.bucket(problem), problem),
+                   *(spec.space.validate(c) for c in warm_start), *grid]:
         study.enqueue_trial(config, skip_if_exists=True)
     study.set_user_attr(PLAN_ATTR, dataclasses.asdict(plan))
     return name

@@ -45,11 +45,21 @@ shapes() {  # head_dim part: the preset shapes of autotune/kernels/_attn_problem
   esac
 }
 
+# The backward's first trials besides the default (16x16 tiles, 25 ms at 4x16x4096x128): FlashAttention-2's
+# tiles for head dim 128 (keys held 128 or 64 at a time, queries streamed 32 or 64), delta recomputed (from the
+# output, delta fails the gate where softmax rows saturate: causal with Nq < Nk). Each passes the CPU gate in fp16.
+BWD_WARM_STARTS=${BWD_WARM_STARTS:-'{"BLOCK_M":32,"BLOCK_N":128,"num_warps":8,"num_stages":2,"dq":"separate","delta":"recomputed"}
+{"BLOCK_M":64,"BLOCK_N":64,"num_warps":4,"num_stages":2,"dq":"separate","delta":"recomputed"}
+{"BLOCK_M":32,"BLOCK_N":128,"num_warps":8,"num_stages":2,"dq":"atomic","delta":"recomputed"}'}
+
 search() {  # kernel dtype head_dim part
-  local kernel=$1 dtype=$2 d=$3 part=$4 args log="$OUT/search-$1-$2-$3-$4"
+  local kernel=$1 dtype=$2 d=$3 part=$4 args log="$OUT/search-$1-$2-$3-$4" warm=() config
   args=$(shapes "$d" "$part") || return 2
+  if [ "$kernel" = flash_attn_backward ]; then
+    while read -r config; do [ -n "$config" ] && warm+=(--warm-start "$config"); done <<<"$BWD_WARM_STARTS"
+  fi
   # shellcheck disable=SC2086
-  python3 -m autotune search "$kernel" --gpu "$GPU" --dtype "$dtype" $args \
+  python3 -m autotune search "$kernel" --gpu "$GPU" --dtype "$dtype" $args "${warm[@]}" \
     --trials "$TRIALS" --timeout "$STUDY_TIMEOUT" --examples "$EXAMPLES" --final-examples "$FINAL_EXAMPLES" \
     >"$log.log" 2>"$log.err"
   local rc=$?

@@ -9,6 +9,7 @@ from click.testing import CliRunner
 import autotune
 from autotune import gpu
 from autotune.cli import main
+from autotune.db import ConfigStore
 from autotune.kernels import vector_add
 
 
@@ -37,6 +38,8 @@ def test_bad_arguments_are_one_clear_line_not_a_traceback(cli):
         (["verify", "vector_add", "--dtype", "int8"], "dtype 'int8'"),
         (["search", "vector_add", "--gpu", "H100", "--trials", "1"], "a search measures the GPU it runs on"),
         (["search", "vector_add", "--shape", "12xfoo", "--trials", "1"], "expected sizes separated by 'x'"),
+        (["search", "vector_add", "--warm-start", '{"BLOCK_SIZE": 3}'], "BLOCK_SIZE=3 is not one of"),
+        (["search", "vector_add", "--warm-start", "[256, 4]"], "expected a JSON object"),
     ]
     for args, message in cases:
         result = cli.invoke(main, args)
@@ -116,3 +119,14 @@ def test_search_re_verifies_its_winner_on_as_many_final_examples_as_asked(cli, u
     assert 3 + 1 + 6 <= row["examples"] < 3 + 1 + 6 + 4
     refused = cli.invoke(main, ["search", "vector_add", "--final-examples", "0"])
     assert refused.exit_code != 0 and "--final-examples" in refused.output
+
+
+def test_search_tries_the_warm_start_configs_given_right_after_the_default(cli, user_db):
+    result = cli.invoke(main, ["search", "vector_add", "--dtype", "fp32", "--shape", "3000", "--trials", "3", "--examples", "2",
+                               "--final-examples", "2", "--warm-start", '{"BLOCK_SIZE": 256, "num_warps": 2}',
+                               "--warm-start", '{"BLOCK_SIZE": 8192}'])
+    assert result.exit_code == 0, result.output
+    with ConfigStore(str(user_db)) as store:
+        tried = [json.loads(t.config_json) for t in sorted(store.trials(kernel="vector_add"), key=lambda t: t.number)]
+    default = vector_add.SPACE.default
+    assert tried == [default, {**default, "BLOCK_SIZE": 256, "num_warps": 2}, {**default, "BLOCK_SIZE": 8192}]

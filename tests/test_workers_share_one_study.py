@@ -176,3 +176,11 @@ def test_bad_parallel_requests_fail_before_any_process_starts(tmp_path):
     with pytest.raises(ValueError, match="use another storage"):
         create_shared_study(vector_add.SPEC, PROBLEM, torch.float32, storage, trials=2, examples=7)
     assert evaluated(optuna.load_study(study_name=name, storage=open_storage(storage))) == 0
+
+
+def test_a_shared_study_queues_the_same_first_trials_as_a_one_process_search(tmp_path):
+    storage, given = str(tmp_path / "w.journal"), {"BLOCK_SIZE": 256, "num_warps": 2, "num_stages": 1}
+    name = create_shared_study(vector_add.SPEC, PROBLEM, torch.float32, storage, trials=3, warm_start=[given])
+    study = optuna.load_study(study_name=name, storage=open_storage(storage))
+    queued = [t.params or t.system_attrs["fixed_params"] for t in study.get_trials(states=(optuna.trial.TrialState.WAITING,))]
+    assert queued == [vector_add.SPACE.default, given]
