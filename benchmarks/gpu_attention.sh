@@ -17,7 +17,8 @@
 # The config database is $AUTOTUNE_DB (default benchmarks/results/attention-tuned.sqlite: untracked, so it
 # travels with the working tree to the next call); every stage copies it and its logs to $OUT (keep to
 # two stages per call: a call returns at most 8 files).
-# Knobs: TRIALS (distinct configs per study, default 40), STUDY_TIMEOUT (seconds of search per study, 30),
+# Knobs: NS (sequence lengths of the full and causal parts, e.g. NS=4096 for the goal shape alone),
+# TRIALS (distinct configs per study, default 40), STUDY_TIMEOUT (seconds of search per study, 30),
 # EXAMPLES and FINAL_EXAMPLES (problems each trial, and the winner, is verified on: 20 and 100). The backward
 # compiles 2-3 kernels per problem (the two backward calls of 2026-11-23 finished no trial in 5 minutes at 20):
 # try EXAMPLES=8 FINAL_EXAMPLES=40 STUDY_TIMEOUT=120; `autotune db verify` re-checks the rows on 200 later.
@@ -30,6 +31,7 @@ TRIALS=${TRIALS:-40}
 STUDY_TIMEOUT=${STUDY_TIMEOUT:-30}
 EXAMPLES=${EXAMPLES:-20}
 FINAL_EXAMPLES=${FINAL_EXAMPLES:-100}
+NS=${NS:-1024 2048 4096 8192 16384}  # the sequence lengths of the full and causal parts (16k tokens each)
 stamp=$(date -u +%Y-%m-%d)
 TESTS="tests/test_flash_attn.py tests/test_flash_attn_backward.py"
 
@@ -37,7 +39,7 @@ shapes() {  # head_dim part: the preset shapes of autotune/kernels/_attn_problem
   local d=$1 part=$2 n
   case $part in
     full|causal)
-      for n in 1024 2048 4096 8192 16384; do
+      for n in $NS; do
         echo "--shape $((16384 / n))x16x${n}x${d}$([ "$part" = causal ] && echo +causal)"
       done ;;
     decode) echo "--shape 16x16x1:4096x$d --shape 2x16/4x1:32768x$d" ;;

@@ -60,7 +60,9 @@ for stage in "$@"; do
       python3 benchmarks/norm_host_path.py --launch real $trees --rounds 3 --out "$OUT/hostpath-$GPU-$stamp"
       python3 benchmarks/public_vs_launch.py --kernel layer_norm --shape 8192x4096 --kernel layer_norm --shape 8192x4096+res \
         --kernel rms_norm --shape 8192x4096 --kernel rms_norm --shape 8192x4096+res \
-        --kernel group_norm --shape 8x512x64x64,groups=32,activation=silu --dtype bf16 2>&1 \
+        --kernel group_norm --shape 8x512x64x64,groups=32,activation=silu \
+        --kernel group_norm_backward --shape 8x512x64x64 --kernel group_norm_backward --shape 16x320x64x64 \
+        --kernel layer_norm_backward --shape 8192x4096+res --dtype bf16 2>&1 \
         | tee "$OUT/public-vs-launch-$GPU-$stamp.txt" ;;
     reverify)
       # Every row of this GPU on a fresh seed (printed on stderr; REVERIFY_SEED repeats one); each outcome is
