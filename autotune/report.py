@@ -274,8 +274,9 @@ def tabulated(table: list[dict]) -> str:
 
 
 def notes(report: dict) -> str:
-    """What the report left out: kernels skipped in a dtype, implementations that raised."""
-    lines = [f"- partial: {report['partial']} (the run was cut short)"] if report.get("partial") else []
+    """What the report left out: cases not measured (yet), kernels skipped in a dtype, implementations that raised."""
+    lines = ([f"- partial: {report['partial']} (the rest not measured: the run was cut short, or is still going)"]
+             if report.get("partial") else [])
     lines += [f"- skipped {s}" for s in report.get("skipped", [])]
     lines += [f"- {r['kernel']} {r['dtype']} {r['shape']} {r['impl']}: {r['error']}" for r in errors(report)]
     return "\nNotes:\n" + "\n".join(lines) + "\n" if lines else ""
