@@ -447,14 +447,14 @@ def warm_starts(spec: KernelSpec, store: ConfigStore | None, gpu_name: str, dtyp
                 except ValueError:
                     pass  # a stale or corrupt row is no warm start
     if problem is not None:
-        neighbours = [c for c in _neighbour_winners(spec, store, gpu_name, DTYPE_NAMES[dtype], bucket, problem)
-                      if c not in configs]
-        configs += list({_frozen(c): c for c in neighbours}.values())[:NEIGHBOUR_WARM_STARTS]  # each once
+        neighbours: list[Config] = []
+        for config in _neighbour_winners(spec, store, gpu_name, DTYPE_NAMES[dtype], bucket, problem):
+            if len(neighbours) == NEIGHBOUR_WARM_STARTS:
+                break
+            if config not in configs and config not in neighbours:
+                neighbours.append(config)
+        configs += neighbours
     return configs
-
-
-def _frozen(config: Config) -> tuple:
-    return tuple(sorted(config.items()))
 
 
 def _neighbour_winners(spec: KernelSpec, store: ConfigStore | None, gpu_name: str, dtype: str, bucket: str,
