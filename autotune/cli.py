@@ -207,11 +207,18 @@ def search(kernel, gpu_name, dtypes, shapes, trials, timeout, sampler, db_url, s
                         bar.update(1)
                         bar.set_postfix_str(f"best {best_ms:.4g} ms" if best_ms else outcome.outcome)
 
+                    def final_checked(config, verdict, seconds):
+                        outcome = "passed" if verdict.passed else (
+                            f"failed on {json.dumps(verdict.failure.problem)}: {verdict.failure.reason}" if verdict.failure
+                            else "applies to no problem drawn")
+                        bar.write(f"{label}: final check of {json.dumps(config)}: {outcome} "
+                                  f"({verdict.examples} problems, {seconds:.1f} s)", file=sys.stderr)
+
                     result = run_search(
                         spec, problem, dtype, gpu_name=gpu_name, trials=trials, timeout=timeout, sampler=sampler,
                         store=store, storage=storage, seed=seed, examples=examples, final_examples=final_examples,
                         on_trial=tick, compile_workers=pool, isolate=isolate, trial_timeout=trial_timeout,
-                        warm_start=warm_start,
+                        warm_start=warm_start, on_final_check=final_checked,
                     )
                 phases = ", ".join(f"{k} {v:.1f}" for k, v in result.seconds.items())
                 click.echo(f"{label}: {result.evaluations} evaluated, {result.compiled_ahead} compiled ahead; seconds: {phases}",

@@ -241,6 +241,7 @@ def search(
     isolate: bool | None = None,
     trial_timeout: float | None = None,
     warm_start: Sequence[Config] = (),
+    on_final_check: Callable[[Config, VerifyResult, float], None] | None = None,
 ) -> SearchResult:
     """Search one problem's bucket: warm start from the default and any stored best, verify every
     trial before timing it, re-verify the winner with more examples, and store it with its evidence.
@@ -254,7 +255,8 @@ def search(
     as crashed or timeout and the worker restarted; this process never creates a CUDA context.
 
     `warm_start` configs are tried first too, after the default and the stored best (e.g. the config the
-    runtime picks for this problem from a nearby bucket)."""
+    runtime picks for this problem from a nearby bucket). `on_final_check` hears each final re-verification
+    (the config, its result, seconds taken) as it ends."""
     from autotune import isolation
 
     isolate = isolation.use_isolation(isolate, trial_timeout, spec)
@@ -336,6 +338,7 @@ def search(
             return conclude(
                 result, spec, dtype, info, examples_passed=evaluator.examples_passed, seed=seed,
                 final_examples=final_examples, max_numel=max_numel, store=store, reverify=final_check,
+                on_final_check=on_final_check,
             )
         finally:
             evaluator.close()
@@ -353,12 +356,15 @@ def conclude(
     max_numel: int,
     store: ConfigStore | None,
     reverify: Callable[[Config], VerifyResult] | None = None,
+    on_final_check: Callable[[Config, VerifyResult, float], None] | None = None,
 ) -> SearchResult:
     """Re-verify the fastest configs of a finished study with more examples (and another seed), take the
     first that passes as the best, and store it with every trial; `examples_passed` per config key.
-    `reverify` runs that check elsewhere (an isolated evaluator's worker); by default it runs here."""
+    `reverify` runs that check elsewhere (an isolated evaluator's worker); by default it runs here.
+    `on_final_check` hears each check (config, result, seconds) as it ends."""
     started = time.perf_counter()
     for outcome in sorted((o for o in result.trials if o.outcome == "ok"), key=lambda o: o.time_ms):
+        checked = time.perf_counter()
         if reverify is not None:
             final = reverify(outcome.config)
         else:
@@ -366,6 +372,8 @@ def conclude(
                 spec, outcome.config, dtype, examples=final_examples, seed=seed + 1, max_numel=max_numel,
                 extra_problems=spec.edges_for(result.problem)[1:],
             )
+        if on_final_check is not None:
+            on_final_check(outcome.config, final, time.perf_counter() - checked)
         if final.passed:
             result.best_config, result.best_ms = outcome.config, outcome.time_ms
             key = json.dumps(outcome.config, sort_keys=True)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import math
 import random
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -238,6 +239,10 @@ def check_problem(
 NO_EXPLAIN = tuple(p for p in Phase if p is not Phase.explain)
 """Hypothesis's phases but the explain phase: it traces every line of each call made while shrinking
 (a failure's minimal problem is all verify reports), which slows shrinking a launcher several times."""
+SHRINK_SECONDS = 30.0
+"""How long verify shrinks a failure by running new problems; past it, only problems already run can fail,
+so Hypothesis ends on the smallest of those. On a GPU every new shape, head dim or layout compiles anew
+(seconds each for an attention backward), and Hypothesis's own cap is minutes."""
 HYPOTHESIS_RUNS = 4
 """Hypothesis runs per verify at most. One run draws `examples` problems the config applies to, some of
 them more than once (choices a problem does not use still vary); each further run, on its own seed, draws
@@ -247,8 +252,11 @@ as many more as the last run needed per new problem for those still missing, unt
 class _Checks:
     """The problems one config was checked on, each once, and the draws it does not apply to."""
 
-    def __init__(self, spec: KernelSpec, config: Config, dtype: torch.dtype, seed: int, cache: ReferenceCache):
+    def __init__(self, spec: KernelSpec, config: Config, dtype: torch.dtype, seed: int, cache: ReferenceCache,
+                 shrink_seconds: float = SHRINK_SECONDS):
         self.spec, self.config, self.dtype, self.seed, self.cache = spec, config, dtype, seed, cache
+        self.shrink_seconds = shrink_seconds
+        self.shrink_until: float | None = None  # set by the first failure
         self.problems: dict[str, Problem] = {}
         self.failed: dict[str, bool] = {}
         self.drawn: set[str] = set()
@@ -281,7 +289,10 @@ class _Checks:
         self.drawn.add(key)
         self.draws += 1
         if key not in self.failed:
-            self.check(problem)
+            if self.shrink_until is not None and time.monotonic() > self.shrink_until:
+                return False  # past the shrink budget: not run, so not known to fail
+            if self.check(problem) and self.shrink_until is None:
+                self.shrink_until = time.monotonic() + self.shrink_seconds
         return self.failed[key]
 
 
@@ -333,17 +344,19 @@ def verify(
     extra_problems: Sequence[Problem] = (),
     cache: ReferenceCache | None = None,
     extra_first: bool = True,
+    shrink_seconds: float = SHRINK_SECONDS,
 ) -> VerifyResult:
     """Check config on `extra_problems`, then on `examples` distinct Hypothesis problems; shrink a failure.
     With `extra_first=False` the Hypothesis problems come first, so that a failure found among them is
-    reported shrunk, not as the extra problem (often a large one) that fails too.
+    reported shrunk, not as the extra problem (often a large one) that fails too. Shrinking runs new
+    problems for `shrink_seconds` after the first failure, then settles on the smallest failure it ran.
 
     A config is only checked on problems its space's constraints let it run on: a draw they reject is
     no example (Hypothesis draws another), and a problem drawn again is not checked again, so `examples`
     counts problems checked. Where fewer than about 1% of draws apply, Hypothesis stops with fewer.
     """
     config = spec.space.validate(config)
-    checks = _Checks(spec, config, dtype, seed or 0, cache or ReferenceCache())
+    checks = _Checks(spec, config, dtype, seed or 0, cache or ReferenceCache(), shrink_seconds)
 
     def result(failure: Failure | None) -> VerifyResult:
         return VerifyResult(spec.name, DTYPE_NAMES[dtype], config, len(checks.problems), failure,

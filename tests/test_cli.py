@@ -52,6 +52,7 @@ def test_search_then_query_shows_the_stored_row_in_every_format(cli, user_db):
     result = cli.invoke(main, ["search", "vector_add", "--dtype", "fp32", "--shape", "3000", "--trials", "4", "--examples", "3"])
     assert result.exit_code == 0, result.output
     assert "n=4096" in result.output and "True" in result.output
+    assert "final check of {" in result.output and "passed (" in result.output  # heard as it ends, not at the end
 
     table = cli.invoke(main, ["query", "vector_add"])
     assert table.exit_code == 0 and gpu.CPU_INTERPRETER in table.output and "n=4096" in table.output

@@ -25,6 +25,16 @@ def test_gate_catches_the_block_size_bug_and_shrinks_to_a_small_failing_shape(dt
     assert "budget" in result.failure.reason
 
 
+def test_past_its_shrink_budget_the_gate_still_reports_a_failing_shape_without_running_more():
+    config = TAIL_BUG_ADD.space.with_overrides(BLOCK_SIZE=BAD_BLOCK)
+    shrunk = verify(TAIL_BUG_ADD, config, torch.float32, examples=100, seed=1)
+    unshrunk = verify(TAIL_BUG_ADD, config, torch.float32, examples=100, seed=1, shrink_seconds=0)
+    assert not unshrunk.passed and unshrunk.failure.kind == "incorrect"
+    numel = math.prod(unshrunk.failure.problem["shape"])
+    assert numel > BAD_BLOCK and numel % BAD_BLOCK  # a shape the bug really fails on, replayed
+    assert unshrunk.examples < shrunk.examples  # no new problem ran once the budget was spent
+
+
 def test_shipped_add_passes_in_every_dtype():
     for dtype in (torch.float32, torch.float16, torch.bfloat16):
         for block in (128, 2048, 16384):
