@@ -15,7 +15,7 @@ from autotune.kernels import _attn_problems as problems_
 from autotune.kernels import flash_attn
 from autotune.kernels.flash_attn_backward import SPEC
 from autotune.search_spaces.flash_attn import BACKWARD_SPACE as SPACE
-from autotune.verify import check_problem, verify
+from autotune.verify import ReferenceCache, check_problem, compare, outputs_like, verify
 
 import attention_checks
 
@@ -53,6 +53,8 @@ VARIANTS = {
                   [CASES["causal Nq>Nk"], CASES["GQA"], CASES["large logits"]]),
     "delta from the output": (config(delta="output", BLOCK_M=32, BLOCK_N=16, num_warps=2),
                               [CASES["causal Nq<Nk"], CASES["custom scale"], CASES["GQA"]]),
+    "dS rounded": (config(ds="rounded", BLOCK_M=32, BLOCK_N=16, num_warps=2),
+                   [CASES["causal Nq<Nk"], CASES["GQA"], CASES["large logits"]]),
     "large tiles": (config(BLOCK_M=64, BLOCK_N=64, num_warps=8, num_stages=3, dq="atomic"),
                     [problem(1, 4, 70, 32, kv_heads=1, nk=130, causal=True)]),
 }
@@ -74,6 +76,22 @@ def test_only_the_recomputed_delta_keeps_up_where_softmax_rows_saturate():
     failure = check_problem(SPEC, output, saturated, torch.bfloat16)
     assert failure is not None and "output 0" in failure.reason, failure
     assert check_problem(SPEC, recomputed, saturated, torch.bfloat16) is None
+
+
+@pytest.mark.parametrize("dq", ["separate", "atomic"])
+def test_split_ds_keeps_the_gradient_of_a_long_cancelling_sum(dq):
+    # One query over 1021 keys of tiny logits (dQ), and 1021 queries over 3 keys (dK): each row's dS sums
+    # to 0 and its gradient is what is left of a long sum of them. dS rounded to bfloat16 leaves that
+    # sum its rounding errors: 0.176 in dQ, where the H100's sdpa errs 0.026 (the gate's budget 0.112).
+    cases = {0: problem(3, 1, 1, 8, nk=1021, magnitude=0.01), 1: problem(3, 1, 1021, 8, nk=3, magnitude=0.01)}
+    for output, case in cases.items():
+        inputs, base, ref = ReferenceCache().get(SPEC, case, torch.bfloat16, 1)
+        errors = {}
+        for ds in ("rounded", "split"):
+            out = outputs_like(base)
+            SPEC.launch(inputs, config(ds=ds, dq=dq, BLOCK_M=32, BLOCK_N=64, num_warps=4), out)
+            errors[ds] = compare(out[output], ref[output], ref[output], torch.bfloat16)[0]
+        assert errors["split"] < 0.01 < errors["rounded"] / 5, (output, errors)
 
 
 def test_a_short_hypothesis_run_passes_for_every_dtype():

@@ -89,6 +89,7 @@ def test_suggestions_are_valid_and_draw_only_what_the_problem_can_use(p):
     backward = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=0))  # a study per kernel, as search() has
     drawn = [BACKWARD_SPACE.suggest(backward.ask(), p) for _ in range(20)]  # each validated against the space
     assert {d["delta"] for d in drawn} == {"output", "recomputed"} and {d["dq"] for d in drawn} == {"separate", "atomic"}
+    assert {d["ds"] for d in drawn} == {"rounded", "split"}
 
 
 EDGE_CASES = {

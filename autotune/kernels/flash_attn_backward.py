@@ -10,7 +10,11 @@ dP's size / 2**9; the recomputed delta has none of it. The search keeps "output"
 gate (the torch baseline of the GPU, FlashAttention-like itself, errs the same way; the CPU's does not).
 
 Half inputs multiply on tensor cores (the probabilities and their gradients rounded to the input dtype
-first, as FlashAttention does); float32 inputs in float64 (see _attn_tiles).
+first, as FlashAttention does); float32 inputs in float64 (see _attn_tiles). dS rounded to bfloat16 ("ds":
+"rounded") fails the gate where one query sees a thousand keys of small logits (Nq = 1, Nk = 1021, inputs
+scaled by 0.01: dQ error 0.176 against a budget of 0.112 on the H100, whose sdpa errs 0.026): the dS of a
+row sum to 0, their rounding errors do not, and dQ is what is left of that cancellation. "split" adds the
+rounding remainder as a second half operand (one more MMA for dQ and one for dK): error 0.0027 there.
 """
 
 from __future__ import annotations
@@ -69,7 +73,7 @@ def _row_delta(delta_base, rows, row_ok, UPCAST: tl.constexpr):
 def _dkdv_step(dk, dv, k, v, q_base, do_base, lse_base, delta_base, dq_base, start, offs_m, keys, offs_d,
                stride_qm, stride_dom, stride_dqm, nq, nk, scale, mult,
                HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, MASKED: tl.constexpr, CAUSAL: tl.constexpr,
-               ATOMIC_DQ: tl.constexpr, UPCAST: tl.constexpr):
+               ATOMIC_DQ: tl.constexpr, UPCAST: tl.constexpr, SPLIT_DS: tl.constexpr):
     """One block of queries against the held keys, in the transposed orientation (keys are tile rows).
     Queries past Nq load as 0 with log-sum-exp and delta 0: their probabilities are 1 but meet dO = 0 and
     q = 0, so they add nothing."""
@@ -86,10 +90,17 @@ def _dkdv_step(dk, dv, k, v, q_base, do_base, lse_base, delta_base, dq_base, sta
             ok = ok & (keys[:, None] <= rows[None, :])
         p_t = tl.where(ok, p_t, 0.0)
     dv = mma(round_to(p_t, do.dtype), do, dv)
-    ds_t = round_to(p_t * (mma(v, tl.trans(do), None) - delta[None, :]), q.dtype)
-    dk = mma(ds_t, q, dk)
+    ds_t = p_t * (mma(v, tl.trans(do), None) - delta[None, :])
+    ds_hi = round_to(ds_t, q.dtype)
+    dk = mma(ds_hi, q, dk)
+    if SPLIT_DS:
+        ds_lo = round_to(ds_t - ds_hi.to(ds_t.dtype), q.dtype)
+        dk = mma(ds_lo, q, dk)
     if ATOMIC_DQ:
-        dq = mma(tl.trans(ds_t), k, None) * scale
+        dq = mma(tl.trans(ds_hi), k, None)
+        if SPLIT_DS:
+            dq = mma(tl.trans(ds_lo), k, dq)
+        dq = dq * scale
         ptrs = dq_base + rows.to(tl.int64)[:, None] * stride_dqm + offs_d[None, :]
         tl.atomic_add(ptrs, dq, mask=row_ok[:, None] & (offs_d[None, :] < HEAD_DIM), sem="relaxed")
     return dk, dv
@@ -102,7 +113,7 @@ def _attn_bwd_dkdv_kernel(
     stride_dob, stride_doh, stride_dom, stride_dkb, stride_dkh, stride_dkn, stride_dqb, stride_dqh, stride_dqm,
     n_heads, n_kv_heads, group, nq, nk, scale_hi, scale_lo, mult_hi, mult_lo,
     HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-    CAUSAL: tl.constexpr, ATOMIC_DQ: tl.constexpr, UPCAST: tl.constexpr,
+    CAUSAL: tl.constexpr, ATOMIC_DQ: tl.constexpr, UPCAST: tl.constexpr, SPLIT_DS: tl.constexpr,
 ):
     """Program (n, p): dK and dV of keys n*BLOCK_N.. of key/value head p, summed over its group's query
     heads; with ATOMIC_DQ also adds each block's dQ into dq (compute dtype). dk and dv share strides."""
@@ -143,11 +154,11 @@ def _attn_bwd_dkdv_kernel(
         for start in range(q_lo, masked_end, BLOCK_M):
             dk, dv = _dkdv_step(dk, dv, k, v, q_base, do_base, lse_base, delta_base, dq_base, start, offs_m, keys,
                                 offs_d, stride_qm, stride_dom, stride_dqm, nq, nk, scale, mult,
-                                HEAD_DIM, BLOCK_D, True, CAUSAL, ATOMIC_DQ, UPCAST)
+                                HEAD_DIM, BLOCK_D, True, CAUSAL, ATOMIC_DQ, UPCAST, SPLIT_DS)
         for start in range(diag_end, nq, BLOCK_M):
             dk, dv = _dkdv_step(dk, dv, k, v, q_base, do_base, lse_base, delta_base, dq_base, start, offs_m, keys,
                                 offs_d, stride_qm, stride_dom, stride_dqm, nq, nk, scale, mult,
-                                HEAD_DIM, BLOCK_D, False, CAUSAL, ATOMIC_DQ, UPCAST)
+                                HEAD_DIM, BLOCK_D, False, CAUSAL, ATOMIC_DQ, UPCAST, SPLIT_DS)
     rows = (b * stride_dkb + kv_head * stride_dkh + keys.to(tl.int64) * stride_dkn)[:, None] + offs_d[None, :]
     mask = (keys[:, None] < nk) & (offs_d[None, :] < HEAD_DIM)
     tl.store(dk_ptr + rows, round_to((dk * scale).to(tl.float32), dk_ptr.dtype.element_ty), mask=mask)
@@ -157,7 +168,7 @@ def _attn_bwd_dkdv_kernel(
 @triton.jit
 def _query_step(acc, p_sum, q, do, lse, delta, k_base, v_base, start, rows, offs_n, offs_d, stride_kn, stride_vn, nk,
                 mult, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, MASKED: tl.constexpr, CAUSAL: tl.constexpr,
-                UPCAST: tl.constexpr, DELTA: tl.constexpr):
+                UPCAST: tl.constexpr, DELTA: tl.constexpr, SPLIT_DS: tl.constexpr):
     """One block of keys against the held queries: adds to dQ, or with DELTA to rowsum(P * dP) and
     rowsum(P)."""
     k = widen(load_rows(k_base, start, offs_n, stride_kn, nk, offs_d, HEAD_DIM, BLOCK_D, MASKED, False), UPCAST)
@@ -174,7 +185,11 @@ def _query_step(acc, p_sum, q, do, lse, delta, k_base, v_base, start, rows, offs
         acc += tl.sum(p * dp, 1)
         p_sum += tl.sum(p, 1)
     else:
-        acc = mma(round_to(p * (dp - delta[:, None]), k.dtype), k, acc)
+        ds = p * (dp - delta[:, None])
+        ds_hi = round_to(ds, k.dtype)
+        acc = mma(ds_hi, k, acc)
+        if SPLIT_DS:
+            acc = mma(round_to(ds - ds_hi.to(ds.dtype), k.dtype), k, acc)
     return acc, p_sum
 
 
@@ -185,7 +200,7 @@ def _attn_bwd_query_kernel(
     stride_dob, stride_doh, stride_dom, stride_dqb, stride_dqh, stride_dqm,
     n_heads, group, nq, nk, scale_hi, scale_lo, mult_hi, mult_lo,
     HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-    CAUSAL: tl.constexpr, UPCAST: tl.constexpr, DELTA: tl.constexpr,
+    CAUSAL: tl.constexpr, UPCAST: tl.constexpr, DELTA: tl.constexpr, SPLIT_DS: tl.constexpr,
 ):
     """Program (m, p): dQ of queries m*BLOCK_M.. of query head p, streaming the keys they see; with DELTA,
     their delta = rowsum(P * dP) / rowsum(P) instead, the probabilities recomputed (into delta, of the
@@ -221,10 +236,10 @@ def _attn_bwd_query_kernel(
         delta = _row_delta(delta_ptr + pid_bh.to(tl.int64) * nq, rows, row_ok, UPCAST)
     for start in range(0, mid, BLOCK_N):
         acc, p_sum = _query_step(acc, p_sum, q, do, lse, delta, k_base, v_base, start, rows, offs_n, offs_d, stride_kn,
-                                 stride_vn, nk, mult, HEAD_DIM, BLOCK_D, False, CAUSAL, UPCAST, DELTA)
+                                 stride_vn, nk, mult, HEAD_DIM, BLOCK_D, False, CAUSAL, UPCAST, DELTA, SPLIT_DS)
     for start in range(mid, end, BLOCK_N):
         acc, p_sum = _query_step(acc, p_sum, q, do, lse, delta, k_base, v_base, start, rows, offs_n, offs_d, stride_kn,
-                                 stride_vn, nk, mult, HEAD_DIM, BLOCK_D, True, CAUSAL, UPCAST, DELTA)
+                                 stride_vn, nk, mult, HEAD_DIM, BLOCK_D, True, CAUSAL, UPCAST, DELTA, SPLIT_DS)
     if DELTA:
         tl.store(delta_ptr + pid_bh.to(tl.int64) * nq + rows, acc / p_sum, mask=row_ok)
     else:
@@ -253,7 +268,7 @@ def launch(do, q, k, v, o, lse, dq, dk, dv, causal: bool, scale: float, config: 
         dv[:, :, 0] = do.to(torch.float64).unflatten(1, (kv_heads, group)).sum((2, 3)).to(dv.dtype)
         return
     compute = dict(dtype=compute_dtype(q.dtype), device=q.device)
-    meta = dict(HEAD_DIM=d, BLOCK_D=block_d(d), CAUSAL=causal, UPCAST=upcast(q.dtype),
+    meta = dict(HEAD_DIM=d, BLOCK_D=block_d(d), CAUSAL=causal, UPCAST=upcast(q.dtype), SPLIT_DS=config["ds"] == "split",
                 num_warps=config["num_warps"], num_stages=config["num_stages"])
     common = (*q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *do.stride()[:3])
     scalars = (*split_float(scale), *score_multiplier(scale, q.dtype))

@@ -44,9 +44,11 @@ FORWARD_DEFAULT: Config = {
 compute in float64: at head dim 256 their tiles take 8 KB a row)."""
 BACKWARD_DEFAULT: Config = {
     "BLOCK_M": 16, "BLOCK_N": 16, "num_warps": 2, "num_stages": 1, "dq": "separate", "delta": "recomputed",
+    "ds": "split",
 }
 """The backward fallback: the smallest tiles (it holds four of them, and float32 inputs compute in
-float64), and delta recomputed, which is right also where softmax rows saturate."""
+float64), delta recomputed, which is right also where softmax rows saturate, and dS split in two half
+operands, which keeps dQ (dK) right where one query sees many keys (one key many queries)."""
 
 
 def dims(problem: Problem) -> tuple[int, int, int, int, int, int, int, bool]:
@@ -256,6 +258,7 @@ def _suggest_backward(trial, problem: Problem) -> Config:
         "num_stages": trial.suggest_categorical("num_stages", list(STAGES)),
         "dq": trial.suggest_categorical("dq", ["separate", "atomic"]),
         "delta": trial.suggest_categorical("delta", ["output", "recomputed"]),
+        "ds": trial.suggest_categorical("ds", ["rounded", "split"]),
     }
 
 
@@ -267,6 +270,7 @@ BACKWARD_SPACE = SearchSpace(
         Param("num_stages", STAGES),
         Param("dq", ("separate", "atomic")),
         Param("delta", ("output", "recomputed")),
+        Param("ds", ("rounded", "split")),
     ),
     default=BACKWARD_DEFAULT,
     constraints=(_backward_blocks_fit_problem, _backward_fits_registers, _backward_fits_shared_memory, _no_idle_warps),
