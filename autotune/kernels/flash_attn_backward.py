@@ -268,7 +268,8 @@ def launch(do, q, k, v, o, lse, dq, dk, dv, causal: bool, scale: float, config: 
         dv[:, :, 0] = do.to(torch.float64).unflatten(1, (kv_heads, group)).sum((2, 3)).to(dv.dtype)
         return
     compute = dict(dtype=compute_dtype(q.dtype), device=q.device)
-    meta = dict(HEAD_DIM=d, BLOCK_D=block_d(d), CAUSAL=causal, UPCAST=upcast(q.dtype), SPLIT_DS=config["ds"] == "split",
+    wide = upcast(q.dtype)  # float64 dS leaves no remainder to split off
+    meta = dict(HEAD_DIM=d, BLOCK_D=block_d(d), CAUSAL=causal, UPCAST=wide, SPLIT_DS=config["ds"] == "split" and not wide,
                 num_warps=config["num_warps"], num_stages=config["num_stages"])
     common = (*q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *do.stride()[:3])
     scalars = (*split_float(scale), *score_multiplier(scale, q.dtype))
