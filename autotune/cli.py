@@ -209,8 +209,7 @@ def search(kernel, gpu_name, dtypes, shapes, trials, timeout, sampler, db_url, s
 
                     def final_checked(config, verdict, seconds):
                         outcome = "passed" if verdict.passed else (
-                            f"failed on {json.dumps(verdict.failure.problem)}: {verdict.failure.reason}" if verdict.failure
-                            else "applies to no problem drawn")
+                            f"failed: {verdict.failure.describe()}" if verdict.failure else "applies to no problem drawn")
                         bar.write(f"{label}: final check of {json.dumps(config)}: {outcome} "
                                   f"({verdict.examples} problems, {seconds:.1f} s)", file=sys.stderr)
 
