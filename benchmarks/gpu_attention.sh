@@ -55,12 +55,18 @@ BWD_WARM_STARTS=${BWD_WARM_STARTS:-'{"BLOCK_M":32,"BLOCK_N":128,"num_warps":8,"n
 {"BLOCK_M":64,"BLOCK_N":64,"num_warps":4,"num_stages":2,"dq":"separate","delta":"recomputed","ds":"split"}
 {"BLOCK_M":32,"BLOCK_N":128,"num_warps":8,"num_stages":2,"dq":"atomic","delta":"recomputed","ds":"split"}'}
 
+# The forward's first trials: the configs of its H100 rows (tuned before P could be split), with P split and
+# rounded; split is what the fp16 decode shapes need (rounded failed fp16's gate at Nq = 1, Nk = 16381).
+FWD_WARM_STARTS=${FWD_WARM_STARTS:-'{"BLOCK_M":256,"BLOCK_N":32,"num_warps":8,"num_stages":5,"mask":"edges","p":"rounded"}
+{"BLOCK_M":256,"BLOCK_N":32,"num_warps":8,"num_stages":5,"mask":"edges","p":"split"}
+{"BLOCK_M":16,"BLOCK_N":64,"num_warps":4,"num_stages":2,"mask":"every","p":"split"}
+{"BLOCK_M":16,"BLOCK_N":64,"num_warps":2,"num_stages":2,"mask":"every","KV_SPLITS":32,"gqa":"packed","p":"split"}'}
+
 search() {  # kernel dtype head_dim part
   local kernel=$1 dtype=$2 d=$3 part=$4 args log="$OUT/search-$1-$2-$3-$4" warm=() config
   args=$(shapes "$d" "$part") || return 2
-  if [ "$kernel" = flash_attn_backward ]; then
-    while read -r config; do [ -n "$config" ] && warm+=(--warm-start "$config"); done <<<"$BWD_WARM_STARTS"
-  fi
+  local starts=$FWD_WARM_STARTS; [ "$kernel" = flash_attn_backward ] && starts=$BWD_WARM_STARTS
+  while read -r config; do [ -n "$config" ] && warm+=(--warm-start "$config"); done <<<"$starts"
   # shellcheck disable=SC2086
   python3 -m autotune search "$kernel" --gpu "$GPU" --dtype "$dtype" $args "${warm[@]}" \
     --trials "$TRIALS" --timeout "$STUDY_TIMEOUT" --examples "$EXAMPLES" --final-examples "$FINAL_EXAMPLES" \

@@ -82,6 +82,7 @@ def test_suggestions_are_valid_and_draw_only_what_the_problem_can_use(p):
     drawn = [FORWARD_SPACE.suggest(study.ask(), p) for _ in range(40)]
     assert all(d["BLOCK_M"] <= max(16, math.prod((problems_.next_pow2(p["nq"]), group))) for d in drawn)
     assert {d["gqa"] for d in drawn} == ({"per_head", "packed"} if group > 1 else {"per_head"})
+    assert {d["p"] for d in drawn} == {"rounded", "split"}
     splits = {d["KV_SPLITS"] for d in drawn}
     assert splits == {1} if p["nq"] > 1 and p["batch"] * p["heads"] > 8 else len(splits) > 1
     runnable = [d for d in drawn if FORWARD_SPACE.rejects(d, p) is None]

@@ -35,9 +35,10 @@ COMBINE_ROWS = 16
 @triton.jit
 def _fwd_step(acc, m_i, l_i, q, k_src, v_src, start, qi, nk, stride_kn, stride_vn, mult, offs_n, offs_d,
               HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, MASKED: tl.constexpr, CAUSAL: tl.constexpr,
-              DESCRIPTORS: tl.constexpr, UPCAST: tl.constexpr):
+              DESCRIPTORS: tl.constexpr, UPCAST: tl.constexpr, SPLIT_P: tl.constexpr):
     """One key block of the online softmax: m_i is the running max of the scores (log2 units for half
-    inputs), l_i the running sum of their exponentials, acc the running output."""
+    inputs), l_i the running sum of their exponentials, acc the running output. SPLIT_P adds P's
+    rounding remainder as a second half operand of the P @ V product."""
     k = widen(load_rows(k_src, start, offs_n, stride_kn, nk, offs_d, HEAD_DIM, BLOCK_D, MASKED, DESCRIPTORS), UPCAST)
     s = mma(q, tl.trans(k), None) * mult
     if MASKED:
@@ -55,7 +56,10 @@ def _fwd_step(acc, m_i, l_i, q, k_src, v_src, start, qi, nk, stride_kn, stride_v
     p = exp_(s - m_use[:, None], UPCAST)
     l_i = l_i * alpha + tl.sum(p, 1)
     v = widen(load_rows(v_src, start, offs_n, stride_vn, nk, offs_d, HEAD_DIM, BLOCK_D, MASKED, DESCRIPTORS), UPCAST)
-    acc = mma(round_to(p, v.dtype), v, acc * alpha[:, None])
+    p_hi = round_to(p, v.dtype)
+    acc = mma(p_hi, v, acc * alpha[:, None])
+    if SPLIT_P:
+        acc = mma(round_to(p - p_hi.to(p.dtype), v.dtype), v, acc)
     return acc, m_new, l_i
 
 
@@ -67,7 +71,7 @@ def _attn_fwd_kernel(
     n_heads, head_step, group, pack, nq, nk, mult_hi, mult_lo, split_len,
     HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     CAUSAL: tl.constexpr, EDGES_ONLY: tl.constexpr, DESCRIPTORS: tl.constexpr, SPLIT: tl.constexpr,
-    UPCAST: tl.constexpr,
+    UPCAST: tl.constexpr, SPLIT_P: tl.constexpr,
 ):
     """Program (m, p, s): tile rows m*BLOCK_M.. of query heads head0.. (head0 = (p % programs per batch) *
     head_step) against key split s. Tile row r is query r // pack of head head0 + r % pack: pack 1 is one
@@ -115,10 +119,10 @@ def _attn_fwd_kernel(
     acc = widen(tl.zeros([BLOCK_M, BLOCK_D], tl.float32), UPCAST)
     for start in range(lo, mid, BLOCK_N):
         acc, m_i, l_i = _fwd_step(acc, m_i, l_i, q, k_src, v_src, start, qi, nk, stride_kn, stride_vn, mult,
-                                  offs_n, offs_d, HEAD_DIM, BLOCK_D, False, CAUSAL, DESCRIPTORS, UPCAST)
+                                  offs_n, offs_d, HEAD_DIM, BLOCK_D, False, CAUSAL, DESCRIPTORS, UPCAST, SPLIT_P)
     for start in range(mid, end, BLOCK_N):
         acc, m_i, l_i = _fwd_step(acc, m_i, l_i, q, k_src, v_src, start, qi, nk, stride_kn, stride_vn, mult,
-                                  offs_n, offs_d, HEAD_DIM, BLOCK_D, True, CAUSAL, DESCRIPTORS, UPCAST)
+                                  offs_n, offs_d, HEAD_DIM, BLOCK_D, True, CAUSAL, DESCRIPTORS, UPCAST, SPLIT_P)
 
     if not UPCAST:
         m_i = m_i * LN2  # natural units from here
@@ -214,6 +218,7 @@ def launch(q, k, v, o, lse, causal: bool, scale: float, config: dict) -> None:
     meta = dict(
         HEAD_DIM=d, BLOCK_D=block_d(d), BLOCK_M=config["BLOCK_M"], BLOCK_N=block_n, CAUSAL=causal,
         EDGES_ONLY=config["mask"] == "edges", DESCRIPTORS=descriptors, UPCAST=upcast(q.dtype),
+        SPLIT_P=config["p"] == "split" and not upcast(q.dtype),  # float64 P has no remainder to add
         num_warps=config["num_warps"], num_stages=config["num_stages"],
     )
     common = (*q.stride()[:3], *k.stride()[:3], *v.stride()[:3])

@@ -1,6 +1,7 @@
 """flash_attn: the forward tiles queries by BLOCK_M and streams keys by BLOCK_N; variants mask only the
 blocks an edge crosses or every block, load K/V through pointers or tensor descriptors (TMA on Hopper),
-split the key range over KV_SPLITS programs (decode), and pack a GQA group's query heads into one tile.
+split the key range over KV_SPLITS programs (decode), pack a GQA group's query heads into one tile, and
+round P to the input dtype for P @ V (FlashAttention's way) or split it into two half operands.
 The backward holds BLOCK_N keys and streams BLOCK_M queries (dk, dv), and gets dq from a query-side kernel
 (roles swapped: BLOCK_N queries held, BLOCK_M keys streamed) or from atomics; delta = rowsum(P * dP) comes
 from the output (rowsum(dO * O)) or is recomputed by the query-side kernel.
@@ -38,10 +39,11 @@ do not fit fail to compile and are recorded as such."""
 
 FORWARD_DEFAULT: Config = {
     "BLOCK_M": 16, "BLOCK_N": 32, "num_warps": 2, "num_stages": 1, "mask": "edges", "kv_load": "pointer",
-    "KV_SPLITS": 1, "gqa": "per_head",
+    "KV_SPLITS": 1, "gqa": "per_head", "p": "split",
 }
 """The forward fallback: small tiles, not pipelined, that fit every head dim and dtype (float32 inputs
-compute in float64: at head dim 256 their tiles take 8 KB a row)."""
+compute in float64: at head dim 256 their tiles take 8 KB a row), and P split in two half operands of
+P @ V, which keeps the output right where it is a long average of values that cancel (decode)."""
 BACKWARD_DEFAULT: Config = {
     "BLOCK_M": 16, "BLOCK_N": 16, "num_warps": 2, "num_stages": 1, "dq": "separate", "delta": "recomputed",
     "ds": "split",
@@ -188,6 +190,7 @@ def _suggest_forward(trial, problem: Problem) -> Config:
         "kv_load": draw("kv_load", choices["kv_load"]),
         "KV_SPLITS": draw("KV_SPLITS", choices["KV_SPLITS"]),
         "gqa": draw("gqa", choices["gqa"]),
+        "p": draw("p", ["rounded", "split"]),
     }
 
 
@@ -201,6 +204,7 @@ FORWARD_SPACE = SearchSpace(
         Param("kv_load", ("pointer", "descriptor")),
         Param("KV_SPLITS", KV_SPLITS),
         Param("gqa", ("per_head", "packed")),
+        Param("p", ("rounded", "split")),
     ),
     default=FORWARD_DEFAULT,
     constraints=(
