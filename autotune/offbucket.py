@@ -137,7 +137,7 @@ def _time_configs(spec: KernelSpec, problem: Problem, dtype: torch.dtype, seed: 
     """NAME_ms in record for each config, timed in turn on one set of inputs. The runtime's config is checked on
     them first (the exact search's best was verified on this problem): one that computes it wrong is not timed,
     and why is returned."""
-    cache = ReferenceCache(1)
+    cache = ReferenceCache()
     failure = check_problem(spec, configs["runtime"], problem, dtype, seed=seed, cache=cache)
     if failure is not None:
         del configs["runtime"]

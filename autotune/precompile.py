@@ -18,11 +18,12 @@ import threading
 from collections.abc import Iterable, Sequence
 from concurrent.futures.process import BrokenProcessPool
 
+import cachetools
 import torch
 
 from autotune.space import Config, Problem
 from autotune.spec import DTYPE_NAMES, KernelSpec
-from autotune.verify import draw_problems
+from autotune.verify import draw_problems, tensor_bytes
 
 COMPILE_TIMEOUT_S = 300.0
 """A batch waits this long at most (by default); a config still compiling then is compiled when used."""
@@ -118,8 +119,10 @@ class CompilePool:
         self.close()
 
 
-_inputs: dict[tuple[str, str, str], tuple[dict, object]] = {}
-MAX_CACHED_INPUTS = 64
+MAX_CACHED_INPUT_BYTES = 1 << 30
+"""What one worker keeps of problems' inputs and outputs between configs (its GPU memory is lost to the timing
+and verifying process: eight workers each held 3 GiB when one `db verify` ran out of memory)."""
+_inputs = cachetools.LRUCache(MAX_CACHED_INPUT_BYTES, getsizeof=tensor_bytes)
 
 
 def _start_worker(started: threading.Barrier) -> None:
@@ -148,18 +151,27 @@ def _compile(name: str, problems_json: str, dtype_name: str, config_json: str) -
 
     spec = autotune.get(name)
     config = json.loads(config_json)
-    for problem in json.loads(problems_json):
-        if spec.space.rejects(config, problem):
-            continue
-        key = (name, json.dumps(problem, sort_keys=True), dtype_name)
-        if key not in _inputs:
-            if len(_inputs) >= MAX_CACHED_INPUTS:
-                _inputs.pop(next(iter(_inputs)))
-            inputs = spec.make_inputs(problem, dtype_from_name(dtype_name), gpu.device(), 0)
-            _inputs[key] = (inputs, outputs_like(spec.baseline(inputs), None))
-        inputs, out = _inputs[key]
-        try:
-            spec.launch(inputs, config, out)
-        except Exception as exc:  # the parent meets the same failure and records it
-            return f"{type(exc).__name__}: {exc}"[:300]
-    return None
+    uncached = False
+    try:
+        for problem in json.loads(problems_json):
+            if spec.space.rejects(config, problem):
+                continue
+            key = (name, json.dumps(problem, sort_keys=True), dtype_name)
+            if key in _inputs:
+                inputs, out = _inputs[key]
+            else:
+                inputs = spec.make_inputs(problem, dtype_from_name(dtype_name), gpu.device(), 0)
+                out = outputs_like(spec.baseline(inputs), None)
+                try:
+                    _inputs[key] = (inputs, out)
+                except ValueError:  # larger than the whole cache: used for this config only
+                    uncached = True
+            try:
+                spec.launch(inputs, config, out)
+            except Exception as exc:  # the parent meets the same failure and records it
+                return f"{type(exc).__name__}: {exc}"[:300]
+        return None
+    finally:
+        if uncached and gpu.device().type == "cuda":
+            inputs = out = None
+            torch.cuda.empty_cache()  # the GPU memory of inputs not kept goes back to the other processes

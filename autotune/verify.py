@@ -10,6 +10,7 @@ below the size of its terms, its rounding error is judged against that size, not
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import random
@@ -17,6 +18,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+import cachetools
 import torch
 from hypothesis import HealthCheck, Phase, find, reject, settings
 from hypothesis.errors import NoSuchExample, Unsatisfiable
@@ -110,7 +112,9 @@ def compare(out: torch.Tensor, ref: torch.Tensor, base: torch.Tensor, dtype: tor
     spec's error_floor), relative to the larger of the reference and the floor, element by element. Where
     the reference is not finite (overflow, all -inf rows), the candidate must reproduce it, or PyTorch's
     value where that is not finite either. Where only PyTorch overflowed, the candidate may do the same
-    or be judged against the reference like any other element. NaN never passes anywhere else.
+    or be judged against the reference like any other element; likewise where the finite reference is past
+    the dtype's range (it rounds to an infinity there: that infinity is the correctly rounded answer). NaN
+    never passes anywhere else.
     """
     if out.shape != ref.shape:
         return float("inf"), 0.0, f"output shape {tuple(out.shape)} != reference shape {tuple(ref.shape)}"
@@ -124,7 +128,9 @@ def compare(out: torch.Tensor, ref: torch.Tensor, base: torch.Tensor, dtype: tor
             i = int(torch.nonzero(~same)[0])
             return float("inf"), 0.0, f"non-finite mismatch: expected {target[i].item()} got {got[i].item()}"
     torch_overflow = ~special & ~torch.isfinite(b)
-    judged = ~special & ~(torch_overflow & (o == b))
+    rounded = r.to(dtype).to(torch.float64)  # the reference as the output's dtype holds it
+    reference_overflow = ~special & torch.isinf(rounded)
+    judged = ~special & ~(torch_overflow & (o == b)) & ~(reference_overflow & (o == rounded))
     torch_finite = torch.isfinite(b[judged])
     o, r, b = o[judged], r[judged], b[judged]
     if o.numel() == 0:
@@ -181,12 +187,35 @@ def check_references(spec: KernelSpec, problem: Problem, base: object, ref: obje
                              f"{shapes['baseline']} and {shapes['reference']}")
 
 
-class ReferenceCache:
-    """Inputs, PyTorch and float64 results (and error floors) per problem, shared by the configs checked on them."""
+MAX_CACHED_BYTES = 8 << 30
+"""What a ReferenceCache holds at most, in tensor bytes: a run verifying a large bucket's edge problems (float64
+references of 16k x 16k products) would otherwise fill the GPU."""
 
-    def __init__(self, capacity: int = 64) -> None:
-        self.capacity = capacity
-        self._items: dict[tuple, tuple[dict, Outputs, Outputs, Outputs | None]] = {}
+
+def tensor_bytes(obj: object) -> int:
+    """Bytes of the tensors in obj: a tensor, or dicts, tuples and lists of them (anything else counts 0)."""
+    if isinstance(obj, torch.Tensor):
+        return obj.untyped_storage().nbytes()
+    if isinstance(obj, dict):
+        obj = obj.values()
+    elif not isinstance(obj, (tuple, list)):
+        return 0
+    return sum(tensor_bytes(o) for o in obj)
+
+
+class ReferenceCache:
+    """Inputs, PyTorch and float64 results (and error floors) per problem, shared by the configs checked on
+    them: the most recently used, up to `max_bytes` of tensors (a larger problem's are not kept)."""
+
+    def __init__(self, max_bytes: int = MAX_CACHED_BYTES) -> None:
+        self._items = cachetools.LRUCache(max_bytes, getsizeof=tensor_bytes)
+
+    @property
+    def held_bytes(self) -> int:
+        return int(self._items.currsize)
+
+    def __len__(self) -> int:
+        return len(self._items)
 
     def _item(self, spec: KernelSpec, problem: Problem, dtype: torch.dtype, seed: int):
         key = (spec.name, json.dumps(problem, sort_keys=True), dtype, seed)
@@ -197,9 +226,8 @@ class ReferenceCache:
             base, ref = spec.baseline(inputs), spec.reference(inputs)
             check_references(spec, problem, base, ref)
             item = (inputs, base, ref, floor)
-            if len(self._items) >= self.capacity:
-                self._items.pop(next(iter(self._items)))
-            self._items[key] = item
+            with contextlib.suppress(ValueError):  # larger than the whole cache: used once, not kept
+                self._items[key] = item
         return item
 
     def get(self, spec: KernelSpec, problem: Problem, dtype: torch.dtype, seed: int) -> tuple[dict, Outputs, Outputs]:
@@ -221,7 +249,7 @@ def check_problem(
 ) -> Failure | None:
     """Run config on one problem with poisoned output; None when it matches float64 within budget."""
     device = gpu.device()
-    cache = cache or ReferenceCache(1)
+    cache = cache or ReferenceCache()
     inputs, base, ref = cache.get(spec, problem, dtype, seed)
     out = outputs_like(base)
     try:

@@ -16,7 +16,7 @@ from autotune.kernels import group_norm
 from autotune.kernels.group_norm import _forward
 from autotune.kernels.group_norm_backward import SPEC
 from autotune.search_spaces.group_norm import BACKWARD_SPACE, SPACE
-from autotune.verify import verify
+from autotune.verify import check_problem, verify
 
 pytestmark = [
     pytest.mark.usefixtures("user_db"),  # an empty user database: public calls run the default configs
@@ -131,6 +131,16 @@ def test_constant_groups_have_exact_zero_weight_gradients_and_offsets_keep_preci
     _, ref = _grads(lambda *t: F.silu(F.group_norm(t[0], 2, t[1], t[2])), *(t.double() for t in (x, w, b, dy)))
     # Rounding the mean to float32 (half an ulp of 1e4) would cost dx about 1e-4 relative here.
     assert ((dx[:, 2:].double() - ref[0][:, 2:]).abs().max() / ref[0][:, 2:].abs().max()) < 1e-6
+
+
+def test_a_gradient_past_half_range_may_round_to_inf():
+    # An H100 `db verify` flagged this config on this problem: dx's true value -65524.1 is past float16's
+    # largest finite 65504, so the kernel's correctly rounded -inf must pass where PyTorch's finite value does.
+    hard = {"activation": "none", "affine": "both", "eps": 1e-06, "groups": 1, "layout": "contiguous",
+            "magnitude": 0.001, "scale": 30.0, "shape": [3, 3, 2049], "values": "random"}
+    config = BACKWARD_SPACE.validate({"variant": "looped", "BLOCK": 4096, "SPLIT": 1, "num_warps": 16,
+                                      "num_stages": 3, "REDUCE": "partials"})
+    assert check_problem(SPEC, config, hard, torch.float16, seed=391699466) is None
 
 
 def test_backward_of_a_sum_reads_an_expanded_gradient():

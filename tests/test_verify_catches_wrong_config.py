@@ -72,6 +72,14 @@ def test_compare_never_lets_nan_pass_and_demands_torch_overflow_semantics():
     assert compare(torch.tensor([1.0, 65504.0], dtype=torch.float16), ref, base, torch.float16)[2] is None
     assert compare(base, ref, base, torch.float16)[2] is None
     assert compare(torch.tensor([1.0, 60000.0], dtype=torch.float16), ref, base, torch.float16)[2] is not None
+    # Where the true value is past fp16's range (-65524 rounds to -inf) but PyTorch's is finite, the
+    # correctly rounded -inf passes, as does a finite answer within budget; +inf, or -inf elsewhere, does not.
+    ref = torch.tensor([1.0, -65524.0], dtype=torch.float64)
+    base = torch.tensor([1.0, -65504.0], dtype=torch.float16)
+    assert compare(torch.tensor([1.0, float("-inf")], dtype=torch.float16), ref, base, torch.float16)[2] is None
+    assert compare(base, ref, base, torch.float16)[2] is None
+    assert compare(torch.tensor([1.0, float("inf")], dtype=torch.float16), ref, base, torch.float16)[2] is not None
+    assert compare(torch.tensor([float("-inf"), -65504.0], dtype=torch.float16), ref, base, torch.float16)[2] is not None
 
 
 def test_budget_is_earned_from_pytorch_error_not_a_fixed_tolerance():
