@@ -401,19 +401,34 @@ def db() -> None:
 @click.option("--all-sources", is_flag=True, help="Also rows tuned for older sources of a kernel (default: current only).")
 def db_export(gpu_name: str, output: str, kernel: str | None, db_url: str | None, all_sources: bool) -> None:
     """Write one GPU's best configs into a new database file."""
-
-    def current(row) -> bool:
-        # Rows tuned for an older source of a known kernel would only be ignored (with a warning) by the runtime.
-        if row.kernel not in registry.names():
-            return True
-        return registry.get(row.kernel).source_hash == row.source_hash
-
     with _store(db_url) as store:
         try:
-            n = store.export(output, gpu=gpu.normalize_gpu_name(gpu_name), kernel=kernel, keep=None if all_sources else current)
+            n = store.export(output, gpu=gpu.normalize_gpu_name(gpu_name), kernel=kernel,
+                             keep=None if all_sources else _tuned_for_current_source)
         except FileExistsError:
             raise click.ClickException(f"{output} exists; choose a new file") from None
     click.echo(f"exported {n} row(s) for {gpu.normalize_gpu_name(gpu_name)} to {output}")
+
+
+def _tuned_for_current_source(row) -> bool:
+    """False for a row tuned for an older source of a known kernel: the runtime ignores it (with a warning)."""
+    if row.kernel not in registry.names():
+        return True
+    return registry.get(row.kernel).source_hash == row.source_hash
+
+
+@db.command("prune")
+@click.option("--db", "db_url", help="Database to prune: path or SQLAlchemy URL (default: $AUTOTUNE_DB or ~/.cache).")
+@click.option("--gpu", "gpu_name", help="Only this GPU's rows.")
+@click.option("--kernel", help="Only this kernel's rows.")
+def db_prune(db_url: str | None, gpu_name: str | None, kernel: str | None) -> None:
+    """Delete the rows tuned for an older source of their kernel (the runtime ignores them), in one transaction."""
+    if db_url and "://" not in db_url and not os.path.isfile(db_url):
+        raise click.ClickException(f"no database at {db_url}")
+    with _store(db_url) as store:
+        n = store.prune(lambda row: not _tuned_for_current_source(row), kernel=kernel,
+                        gpu=gpu.normalize_gpu_name(gpu_name) if gpu_name else None)
+    click.echo(f"deleted {n} row(s) tuned for an older kernel source")
 
 
 @db.command("verify")

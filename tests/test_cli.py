@@ -94,7 +94,7 @@ def test_a_registered_user_kernel_is_reachable_by_name(cli):
     assert result.exit_code == 0 and "my_add" in result.output
 
 
-def test_db_export_leaves_out_rows_tuned_for_an_older_kernel_source(cli, user_db, tmp_path):
+def test_db_export_leaves_out_and_db_prune_deletes_rows_tuned_for_an_older_kernel_source(cli, user_db, tmp_path):
     import dataclasses
 
     from autotune.db import ConfigStore
@@ -109,6 +109,12 @@ def test_db_export_leaves_out_rows_tuned_for_an_older_kernel_source(cli, user_db
     assert "exported 2 row" in result.output
     with sqlite3.connect(current) as con:
         assert con.execute("select source_hash from best_configs").fetchall() == [(vector_add.SPEC.source_hash,)]
+    # db prune deletes the old source's row in place, and only that one.
+    assert "deleted 1 row(s)" in cli.invoke(main, ["db", "prune"]).output
+    with sqlite3.connect(user_db) as con:
+        assert con.execute("select source_hash from best_configs").fetchall() == [(vector_add.SPEC.source_hash,)]
+    assert "deleted 0 row(s)" in cli.invoke(main, ["db", "prune"]).output
+    assert "no database at" in cli.invoke(main, ["db", "prune", "--db", str(tmp_path / "none.sqlite")]).output
 
 
 def test_search_re_verifies_its_winner_on_as_many_final_examples_as_asked(cli, user_db):

@@ -64,3 +64,15 @@ def test_the_shipped_database_serves_configs_and_the_user_database_overlays_it(u
         softmax(x)
     assert launches == [("softmax", user_cfg)]  # the user's own tuning wins over the shipped row
     assert runtime.tuned(fused_softmax.SPEC).choice(torch.float32, "m=8,n=64").source == "exact"
+
+
+def test_every_shipped_row_is_served_its_kernel_current_and_its_db_verify_passed():
+    # A kernel changed without re-tuning leaves its shipped rows unserved: re-tune it, or `autotune db prune`.
+    import autotune
+
+    with ConfigStore(db.as_url(str(db.shipped_path())), readonly=True) as store:
+        rows = store.best_rows()
+    assert len(rows) >= 90
+    stale = [(r.kernel, r.dtype, r.bucket) for r in rows if autotune.get(r.kernel).source_hash != r.source_hash]
+    assert stale == []
+    assert [(r.kernel, r.dtype, r.bucket) for r in rows if r.verify_passed is not True] == []

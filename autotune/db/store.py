@@ -14,7 +14,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, TypeVar
 
-from sqlalchemy import Connection, Engine, URL, create_engine, event, inspect, make_url, select, update
+from sqlalchemy import Connection, Engine, URL, create_engine, delete, event, inspect, make_url, select, update
 from sqlalchemy.exc import DBAPIError, IntegrityError, ProgrammingError
 from sqlalchemy.orm import Session
 
@@ -498,6 +498,18 @@ class ConfigStore:
             raise
         engine.dispose()
         return len(rows)
+
+    def prune(self, drop: Callable[[BestRow], bool], *, gpu: str | None = None, kernel: str | None = None) -> int:
+        """Delete the best rows (of `gpu` and `kernel`, if given) that `drop` accepts, in one transaction;
+        returns how many."""
+        rows = [row for row in self.best_rows(kernel=kernel, gpu=gpu) if drop(row)]
+
+        def work(s: Session) -> int:
+            for row in rows:
+                s.execute(delete(BestConfig).filter_by(**{k: getattr(row, k) for k in _KEY}))
+            return len(rows)
+
+        return self._write(work)
 
     def merge(self, path_or_url: str | os.PathLike[str]) -> tuple[int, int]:
         """Take each best row of another store that is faster than ours; returns (rows read, rows taken)."""
