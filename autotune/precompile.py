@@ -121,7 +121,7 @@ class CompilePool:
 
 MAX_CACHED_INPUT_BYTES = 1 << 30
 """What one worker keeps of problems' inputs and outputs between configs (its GPU memory is lost to the timing
-and verifying process: eight workers each held 3 GiB when one `db verify` ran out of memory)."""
+and verifying process: workers held about 3 GiB each when one `db verify` ran out of memory)."""
 _inputs = cachetools.LRUCache(MAX_CACHED_INPUT_BYTES, getsizeof=tensor_bytes)
 
 
