@@ -3,6 +3,7 @@ import json
 import optuna
 import torch
 
+import autotune
 from autotune import db, gpu, runtime
 from autotune.db import BestRow, ConfigStore
 from autotune.kernels import fused_softmax, softmax
@@ -68,8 +69,6 @@ def test_the_shipped_database_serves_configs_and_the_user_database_overlays_it(u
 
 def test_every_shipped_row_is_served_its_kernel_current_and_its_db_verify_passed():
     # A kernel changed without re-tuning leaves its shipped rows unserved: re-tune it, or `autotune db prune`.
-    import autotune
-
     with ConfigStore(db.as_url(str(db.shipped_path())), readonly=True) as store:
         rows = store.best_rows()
     assert len(rows) >= 90
