@@ -75,3 +75,13 @@ def test_every_shipped_row_is_served_its_kernel_current_and_its_db_verify_passed
     stale = [(r.kernel, r.dtype, r.bucket) for r in rows if autotune.get(r.kernel).source_hash != r.source_hash]
     assert stale == []
     assert [(r.kernel, r.dtype, r.bucket) for r in rows if r.verify_passed is not True] == []
+
+
+def test_flash_attn_ships_an_h100_row_for_every_preset_in_bf16_and_fp16():
+    # Issue 5: head dims 64 and 128, N 1k to 16k, causal and not, and the two decode steps, each tuned on the H100.
+    spec = autotune.get("flash_attn")
+    with ConfigStore(db.as_url(str(db.shipped_path())), readonly=True) as store:
+        shipped = {(r.dtype, r.bucket) for r in store.best_rows() if r.kernel == "flash_attn" and r.gpu == "H100"}
+    assert len(spec.presets) == 22
+    missing = [(d, spec.bucket(p)) for p in spec.presets for d in ("bf16", "fp16") if (d, spec.bucket(p)) not in shipped]
+    assert missing == []
