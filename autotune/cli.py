@@ -45,6 +45,12 @@ def _store(url: str | None, *, readonly: bool = False):
         raise click.ClickException(str(exc)) from None
 
 
+def _require_database(url: str | None) -> None:
+    """A command that only reads or rewrites rows must not create the database a mistyped path names."""
+    if url and "://" not in url and not os.path.isfile(url):
+        raise click.ClickException(f"no database at {url}")
+
+
 def _config_option(spec: autotune.KernelSpec, text: str, option: str) -> dict:
     """A config given as a JSON object on the command line, keys left out taken from the default, validated."""
     try:
@@ -423,8 +429,7 @@ def _tuned_for_current_source(row) -> bool:
 @click.option("--kernel", help="Only this kernel's rows.")
 def db_prune(db_url: str | None, gpu_name: str | None, kernel: str | None) -> None:
     """Delete the rows tuned for an older source of their kernel (the runtime ignores them), in one transaction."""
-    if db_url and "://" not in db_url and not os.path.isfile(db_url):
-        raise click.ClickException(f"no database at {db_url}")
+    _require_database(db_url)
     with _store(db_url) as store:
         n = store.prune(lambda row: not _tuned_for_current_source(row), kernel=kernel,
                         gpu=gpu.normalize_gpu_name(gpu_name) if gpu_name else None)
@@ -455,8 +460,7 @@ def db_verify(gpu_name: str | None, db_url: str | None, kernels: tuple[str, ...]
         gpu_to_verify(gpu_name)  # before the database is opened (and, if old, upgraded)
     except gpu.GPUMismatchError as exc:
         raise click.ClickException(str(exc)) from None
-    if db_url and "://" not in db_url and not os.path.isfile(db_url):
-        raise click.ClickException(f"no database at {db_url}")
+    _require_database(db_url)
     seed = fresh_seed() if seed is None else seed
     click.echo(f"db verify: seed {seed}", err=True)  # first, so a run that dies can be repeated
     with _store(db_url) as store, tqdm(desc="db verify", unit="row", file=sys.stderr, leave=False) as bar:

@@ -55,10 +55,11 @@ BWD_WARM_STARTS=${BWD_WARM_STARTS:-'{"BLOCK_M":32,"BLOCK_N":128,"num_warps":8,"n
 {"BLOCK_M":64,"BLOCK_N":64,"num_warps":4,"num_stages":2,"dq":"separate","delta":"recomputed","ds":"split"}
 {"BLOCK_M":32,"BLOCK_N":128,"num_warps":8,"num_stages":2,"dq":"atomic","delta":"recomputed","ds":"split"}'}
 
-# The forward's first trials: the configs of its H100 rows (tuned before P could be split), with P split and
-# rounded; split is what the fp16 decode shapes need (rounded failed fp16's gate at Nq = 1, Nk = 16381).
-FWD_WARM_STARTS=${FWD_WARM_STARTS:-'{"BLOCK_M":256,"BLOCK_N":32,"num_warps":8,"num_stages":5,"mask":"edges","p":"rounded"}
-{"BLOCK_M":256,"BLOCK_N":32,"num_warps":8,"num_stages":5,"mask":"edges","p":"split"}
+# The forward's first trials: the configs of its H100 rows (2026-11-23: every prefill preset, and the two
+# decode shapes), and the prefill one with 8 warps and 128x128 tiles. P split is what the fp16 decode shapes
+# need (rounded failed fp16's gate at Nq = 1, Nk = 16381).
+FWD_WARM_STARTS=${FWD_WARM_STARTS:-'{"BLOCK_M":128,"BLOCK_N":64,"num_warps":4,"num_stages":2,"mask":"edges","kv_load":"descriptor","p":"rounded"}
+{"BLOCK_M":128,"BLOCK_N":128,"num_warps":8,"num_stages":2,"mask":"edges","kv_load":"descriptor","p":"rounded"}
 {"BLOCK_M":16,"BLOCK_N":64,"num_warps":4,"num_stages":2,"mask":"every","p":"split"}
 {"BLOCK_M":16,"BLOCK_N":64,"num_warps":2,"num_stages":2,"mask":"every","KV_SPLITS":32,"gqa":"packed","p":"split"}'}
 
