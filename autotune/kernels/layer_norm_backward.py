@@ -86,25 +86,56 @@ def _norm_backward_kernel(
     n_programs = tl.num_programs(0)
     part = 0 if ATOMIC else pid.to(tl.int64) * n_cols
     cols = tl.arange(0, BLOCK_N)
-    if ONE_CHUNK:
-        # The row fits one block: the parameter gradients stay in registers across all of the program's rows.
-        col_ok = cols < n_cols
-        w = _load64(w_ptr, cols, col_ok) if HAS_WEIGHT else 1.0
-        dw_acc = tl.zeros((BLOCK_N,), tl.float64)
-        db_acc = tl.zeros((BLOCK_N,), tl.float64)
-        for row in range(pid.to(tl.int64), n_rows, n_programs):  # int64: row * stride can pass 2**31
-            dy = _load64(dy_ptr, row * dy_stride + cols, col_ok)
-            hi = 0.0 if IS_RMS else tl.load(mean_ptr + row).to(tl.float64)
-            lo = 0.0 if IS_RMS else tl.load(mean_ptr + n_rows + row).to(tl.float64)
-            xc, wdy = _centered_wdy(_load64(x_ptr, row * x_stride + cols, col_ok), dy, w, hi, lo, col_ok,
+    # The row fits one block: the weight and the parameter gradients stay in registers across all of the
+    # program's rows (otherwise the gradients go to memory chunk by chunk; partial rows start zeroed).
+    dw_acc = tl.zeros((BLOCK_N,), tl.float64)
+    db_acc = tl.zeros((BLOCK_N,), tl.float64)
+    for row in range(pid.to(tl.int64), n_rows, n_programs):  # int64: row * stride can pass 2**31
+        hi = 0.0 if IS_RMS else tl.load(mean_ptr + row).to(tl.float64)
+        lo = 0.0 if IS_RMS else tl.load(mean_ptr + n_rows + row).to(tl.float64)
+        # Two reads of the row: one for its sums, reduced to scalars as they go, one for dx and the
+        # gradients. The second mostly hits the cache; holding the row's float64 tiles across the sums
+        # instead spills at 8192 columns (benchmarks/norm_backward_spills.py).
+        sum_xc_wdy = tl.full((), 0.0, tl.float64)
+        sum_wdy = tl.full((), 0.0, tl.float64)
+        sum_squares = tl.full((), 0.0, tl.float64)
+        for start in range(0, n_cols, BLOCK_N):
+            c = start + cols
+            col_ok = c < n_cols
+            w = _load64(w_ptr, c, col_ok) if HAS_WEIGHT else 1.0
+            xc, wdy = _centered_wdy(_load64(x_ptr, row * x_stride + c, col_ok), _load64(dy_ptr, row * dy_stride + c, col_ok),
+                                    w, hi, lo, col_ok, IS_RMS, HAS_WEIGHT)
+            sum_xc_wdy += tl.sum(xc * wdy, axis=0)
+            sum_wdy += tl.sum(wdy, axis=0)
+            sum_squares += tl.sum(xc * xc, axis=0)
+        rstd = _row_rstd(sum_squares, n_cols, eps)
+        total_xhat_wdy = rstd * sum_xc_wdy
+        for start in range(0, n_cols, BLOCK_N):
+            c = start + cols
+            col_ok = c < n_cols
+            w = _load64(w_ptr, c, col_ok) if HAS_WEIGHT else 1.0
+            dy = _load64(dy_ptr, row * dy_stride + c, col_ok)
+            xc, wdy = _centered_wdy(_load64(x_ptr, row * x_stride + c, col_ok), dy, w, hi, lo, col_ok,
                                     IS_RMS, HAS_WEIGHT)
-            rstd = _row_rstd(tl.sum(xc * xc, axis=0), n_cols, eps)
             xhat = xc * rstd
-            sum_wdy = 0.0 if IS_RMS else tl.sum(wdy, axis=0)
-            dx = _dx(xhat, wdy, rstd, tl.sum(xhat * wdy, axis=0), sum_wdy, n_cols, IS_RMS)
-            _store_dx(dx, dh_ptr, dx_ptr, row * dh_stride + cols, row * dx_stride + cols, col_ok, HAS_DH)
-            dw_acc += dy * xhat
-            db_acc += dy
+            dx = _dx(xhat, wdy, rstd, total_xhat_wdy, sum_wdy, n_cols, IS_RMS)
+            _store_dx(dx, dh_ptr, dx_ptr, row * dh_stride + c, row * dx_stride + c, col_ok, HAS_DH)
+            if ONE_CHUNK:
+                dw_acc += dy * xhat
+                db_acc += dy
+            elif ATOMIC:
+                if HAS_WEIGHT:
+                    tl.atomic_add(dw_ptr + c, dy * xhat, mask=col_ok, sem="relaxed")
+                if HAS_BIAS:
+                    tl.atomic_add(db_ptr + c, dy, mask=col_ok, sem="relaxed")
+            else:
+                # Only this program touches its partial row, and each lane reads what it wrote.
+                if HAS_WEIGHT:
+                    tl.store(dw_ptr + part + c, tl.load(dw_ptr + part + c, mask=col_ok) + dy * xhat, mask=col_ok)
+                if HAS_BIAS:
+                    tl.store(db_ptr + part + c, tl.load(db_ptr + part + c, mask=col_ok) + dy, mask=col_ok)
+    if ONE_CHUNK:
+        col_ok = cols < n_cols
         if ATOMIC:
             if HAS_WEIGHT:
                 tl.atomic_add(dw_ptr + cols, dw_acc, mask=col_ok, sem="relaxed")
@@ -115,48 +146,6 @@ def _norm_backward_kernel(
                 tl.store(dw_ptr + part + cols, dw_acc, mask=col_ok)
             if HAS_BIAS:
                 tl.store(db_ptr + part + cols, db_acc, mask=col_ok)
-    else:
-        # Rows wider than a block: a pass for the row sums, a pass for dx and the parameter gradients,
-        # which go to memory chunk by chunk (partial rows start zeroed).
-        for row in range(pid.to(tl.int64), n_rows, n_programs):  # int64: row * stride can pass 2**31
-            hi = 0.0 if IS_RMS else tl.load(mean_ptr + row).to(tl.float64)
-            lo = 0.0 if IS_RMS else tl.load(mean_ptr + n_rows + row).to(tl.float64)
-            sum_xc_wdy = tl.zeros((BLOCK_N,), tl.float64)
-            sum_wdy = tl.zeros((BLOCK_N,), tl.float64)
-            sum_squares = tl.zeros((BLOCK_N,), tl.float64)
-            for start in range(0, n_cols, BLOCK_N):
-                c = start + cols
-                col_ok = c < n_cols
-                w = _load64(w_ptr, c, col_ok) if HAS_WEIGHT else 1.0
-                xc, wdy = _centered_wdy(_load64(x_ptr, row * x_stride + c, col_ok), _load64(dy_ptr, row * dy_stride + c, col_ok),
-                                        w, hi, lo, col_ok, IS_RMS, HAS_WEIGHT)
-                sum_xc_wdy += xc * wdy
-                sum_wdy += wdy
-                sum_squares += xc * xc
-            rstd = _row_rstd(tl.sum(sum_squares, axis=0), n_cols, eps)
-            total_xhat_wdy = rstd * tl.sum(sum_xc_wdy, axis=0)
-            total_wdy = tl.sum(sum_wdy, axis=0)
-            for start in range(0, n_cols, BLOCK_N):
-                c = start + cols
-                col_ok = c < n_cols
-                w = _load64(w_ptr, c, col_ok) if HAS_WEIGHT else 1.0
-                dy = _load64(dy_ptr, row * dy_stride + c, col_ok)
-                xc, wdy = _centered_wdy(_load64(x_ptr, row * x_stride + c, col_ok), dy, w, hi, lo, col_ok,
-                                        IS_RMS, HAS_WEIGHT)
-                xhat = xc * rstd
-                dx = _dx(xhat, wdy, rstd, total_xhat_wdy, total_wdy, n_cols, IS_RMS)
-                _store_dx(dx, dh_ptr, dx_ptr, row * dh_stride + c, row * dx_stride + c, col_ok, HAS_DH)
-                if ATOMIC:
-                    if HAS_WEIGHT:
-                        tl.atomic_add(dw_ptr + c, dy * xhat, mask=col_ok, sem="relaxed")
-                    if HAS_BIAS:
-                        tl.atomic_add(db_ptr + c, dy, mask=col_ok, sem="relaxed")
-                else:
-                    # Only this program touches its partial row, and each lane reads what it wrote.
-                    if HAS_WEIGHT:
-                        tl.store(dw_ptr + part + c, tl.load(dw_ptr + part + c, mask=col_ok) + dy * xhat, mask=col_ok)
-                    if HAS_BIAS:
-                        tl.store(db_ptr + part + c, tl.load(db_ptr + part + c, mask=col_ok) + dy, mask=col_ok)
 
 
 @triton.jit
