@@ -4,8 +4,8 @@ with no GPU: the kernel is compiled to PTX for that target and assembled by the 
     python benchmarks/norm_backward_spills.py
 
 One line per (norm, BLOCK_N, num_warps): registers per thread, spill stores and loads (bytes per thread),
-stack frame. bf16 x, dy, weight and residual gradient; one row per block (the single-chunk path), the
-atomic variant, 2 stages. The CPU's Triton compiles here, not the GPU's: read the figures as a comparison
+stack frame. bf16 x, dy, weight and residual gradient; one row per block (the single-chunk path), read once
+(READS=1: its tiles held across the row sums) or twice, the atomic variant, 2 stages. The CPU's Triton compiles here, not the GPU's: read the figures as a comparison
 of two kernel sources under one compiler.
 """
 
@@ -36,7 +36,7 @@ SIGNATURE = {
     "dw_ptr": "*fp64", "db_ptr": "*fp64", "n_rows": "i32", "n_cols": "i32", "dy_stride": "i32", "x_stride": "i32",
     "dh_stride": "i32", "dx_stride": "i32", "eps": "fp32",
 }
-CONSTEXPRS = ("IS_RMS", "HAS_WEIGHT", "HAS_BIAS", "HAS_DH", "ATOMIC", "ONE_CHUNK", "BLOCK_N")
+CONSTEXPRS = ("IS_RMS", "HAS_WEIGHT", "HAS_BIAS", "HAS_DH", "ATOMIC", "ONE_CHUNK", "ONE_READ", "BLOCK_N")
 
 
 def ptxas_report(ptx: str) -> str:
@@ -56,10 +56,10 @@ def ptxas_report(ptx: str) -> str:
     raise RuntimeError("no bundled ptxas assembled the kernel:\n" + "\n".join(errors))
 
 
-def resources(rms: bool, block: int, warps: int) -> dict:
+def resources(rms: bool, block: int, warps: int, reads: int) -> dict:
     """Registers, spill bytes and stack frame of one specialization."""
     values = dict(IS_RMS=rms, HAS_WEIGHT=True, HAS_BIAS=not rms, HAS_DH=True, ATOMIC=True, ONE_CHUNK=True,
-                  BLOCK_N=block)
+                  ONE_READ=reads == 1, BLOCK_N=block)
     source = ASTSource(layer_norm_backward._norm_backward_kernel, {**SIGNATURE, **dict.fromkeys(CONSTEXPRS, "constexpr")},
                        values)
     kernel = triton.compile(source, target=GPUTarget("cuda", 90, 32),
@@ -70,7 +70,7 @@ def resources(rms: bool, block: int, warps: int) -> dict:
         found = re.search(pattern, report)
         return int(found.group(1)) if found else 0
 
-    return {"norm": "rms_norm" if rms else "layer_norm", "BLOCK_N": block, "num_warps": warps,
+    return {"norm": "rms_norm" if rms else "layer_norm", "READS": reads, "BLOCK_N": block, "num_warps": warps,
             "registers": number(r"Used (\d+) registers"), "spill stores B": number(r"(\d+) bytes spill stores"),
             "spill loads B": number(r"(\d+) bytes spill loads"), "stack B": number(r"(\d+) bytes stack frame")}
 
@@ -80,8 +80,8 @@ def main() -> None:
     parser.add_argument("--block", type=int, action="append", help="BLOCK_N (repeatable; default 4096 and 8192)")
     parser.add_argument("--warps", type=int, action="append", help="num_warps (repeatable; default 8, 16, 32)")
     args = parser.parse_args()
-    rows = [resources(rms, block, warps) for rms in (False, True) for block in args.block or (4096, 8192)
-            for warps in args.warps or (8, 16, 32) if block // (32 * warps) >= 1]
+    rows = [resources(rms, block, warps, reads) for rms in (False, True) for reads in (1, 2)
+            for block in args.block or (4096, 8192) for warps in args.warps or (8, 16, 32) if block // (32 * warps) >= 1]
     print(f"Triton {triton.__version__}, target sm_90a")
     print(tabulate(rows, headers="keys", tablefmt="github"))
 

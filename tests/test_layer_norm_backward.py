@@ -37,9 +37,11 @@ def config(**overrides):
     return SPACE.with_overrides(**overrides)
 
 
-PARTIALS_64 = config(BLOCK_N=64, PROGRAMS_PER_SM=4, num_warps=2, num_stages=1)
-ATOMIC_64 = config(variant="atomic", BLOCK_N=64, PROGRAMS_PER_SM=1, num_warps=1, num_stages=3)
-CONFIGS = {"default": dict(SPACE.default), "partials_64": PARTIALS_64, "atomic_64": ATOMIC_64}
+PARTIALS_64 = config(BLOCK_N=64, READS=2, PROGRAMS_PER_SM=4, num_warps=2, num_stages=1)
+PARTIALS_64_ONE_READ = config(BLOCK_N=64, READS=1, PROGRAMS_PER_SM=2, num_warps=2, num_stages=2)
+ATOMIC_64 = config(variant="atomic", BLOCK_N=64, READS=1, PROGRAMS_PER_SM=1, num_warps=1, num_stages=3)
+CONFIGS = {"default": dict(SPACE.default), "partials_64": PARTIALS_64, "partials_64_one_read": PARTIALS_64_ONE_READ,
+           "atomic_64": ATOMIC_64}
 # Rows of 33..64 for the one-block configs; the default takes any row: one masked block up to 1024,
 # chunks past it. Constant rows, rows around 1e4, many rows per program, strided layouts, the gradient
 # of the residual sum, no or fp32 parameters.
@@ -48,6 +50,8 @@ EDGE = {
                 problem([4, 7, 5], norm_dims=2, values="constant", weight=False, layout="strided")],
     "partials_64": [problem([37, 50], residual=True, values="constant", fp32_params=True),
                     problem([9, 2, 20], norm_dims=2, values="offset", bias=False, layout="strided", eps=0.1)],
+    "partials_64_one_read": [problem([40, 64], residual=True, values="offset", layout="padded"),
+                             problem([7, 3, 11], norm_dims=2, values="constant", fp32_params=True)],
     "atomic_64": [problem([21, 64], residual=True, layout="padded", magnitude=1e4),
                   problem([5, 33], weight=False, fp32_params=True)],
 }
@@ -78,6 +82,16 @@ def test_rows_wider_than_any_block_go_in_chunks(kernel, variant):
     spec.launch(inputs, chunked, out)
     err, budget, reason = compare_outputs(out, ref, base)
     assert reason is None, reason
+
+
+def test_one_read_is_only_for_rows_that_fit_one_block():
+    one_read = config(BLOCK_N=4096, READS=1, PROGRAMS_PER_SM=1, num_warps=8)
+    wide = problem([2, 65537], residual=True)
+    assert "READS=1" in SPACE.rejects(one_read, wide)
+    assert SPACE.rejects(one_read, problem([2, 4000])) is None
+    inputs = LAYER_NORM_BACKWARD.make_inputs(wide, torch.float32, torch.device("cpu"), 0)
+    with pytest.raises(ValueError, match="READS=1 needs the row in one block"):
+        LAYER_NORM_BACKWARD.launch(inputs, one_read, outputs_like(LAYER_NORM_BACKWARD.baseline(inputs)))
 
 
 def test_the_gate_catches_gradients_that_miss_a_row():

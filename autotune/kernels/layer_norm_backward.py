@@ -1,7 +1,8 @@
 """Backward of layer_norm and rms_norm: dx per row, and the weight and bias gradients summed over rows,
 either through per-program partial rows that a second small kernel adds up ("partials") or atomics
 into one row ("atomic"). With a fused residual, the gradient of the returned sum joins dx (and is also
-the residual's gradient).
+the residual's gradient). A row is read twice, once for its sums and once for dx (READS=2), or, where it
+fits one block, once, its tiles held in registers across the sums (READS=1: fewer loads, more registers).
 
 The arithmetic is float64 from the loads on (exact products of the stored values, sums that drift by
 nothing the output can show), and rstd is recomputed from the row rather than read: dx subtracts row
@@ -78,7 +79,7 @@ def _norm_backward_kernel(
     dy_ptr, x_ptr, w_ptr, mean_ptr, dh_ptr, dx_ptr, dw_ptr, db_ptr,
     n_rows, n_cols, dy_stride, x_stride, dh_stride, dx_stride, eps,
     IS_RMS: tl.constexpr, HAS_WEIGHT: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_DH: tl.constexpr,
-    ATOMIC: tl.constexpr, ONE_CHUNK: tl.constexpr, BLOCK_N: tl.constexpr,
+    ATOMIC: tl.constexpr, ONE_CHUNK: tl.constexpr, ONE_READ: tl.constexpr, BLOCK_N: tl.constexpr,
 ):
     """Program p handles rows p, p + P, ... . dw_ptr/db_ptr: this program's float64 partial row at
     p * n_cols (partials), or one float64 row every program adds into (atomic)."""
@@ -86,54 +87,69 @@ def _norm_backward_kernel(
     n_programs = tl.num_programs(0)
     part = 0 if ATOMIC else pid.to(tl.int64) * n_cols
     cols = tl.arange(0, BLOCK_N)
-    # The row fits one block: the weight and the parameter gradients stay in registers across all of the
-    # program's rows (otherwise the gradients go to memory chunk by chunk; partial rows start zeroed).
+    # Where the row fits one block, the parameter gradients stay in registers across all of the program's
+    # rows (otherwise they go to memory chunk by chunk; partial rows start zeroed).
     dw_acc = tl.zeros((BLOCK_N,), tl.float64)
     db_acc = tl.zeros((BLOCK_N,), tl.float64)
+    w_row = _load64(w_ptr, cols, cols < n_cols) if HAS_WEIGHT and ONE_READ else 1.0
     for row in range(pid.to(tl.int64), n_rows, n_programs):  # int64: row * stride can pass 2**31
         hi = 0.0 if IS_RMS else tl.load(mean_ptr + row).to(tl.float64)
         lo = 0.0 if IS_RMS else tl.load(mean_ptr + n_rows + row).to(tl.float64)
-        # Two reads of the row: one for its sums, reduced to scalars as they go, one for dx and the
-        # gradients. The second mostly hits the cache; holding the row's float64 tiles across the sums
-        # instead spills at 8192 columns (benchmarks/norm_backward_spills.py).
-        sum_xc_wdy = tl.full((), 0.0, tl.float64)
-        sum_wdy = tl.full((), 0.0, tl.float64)
-        sum_squares = tl.full((), 0.0, tl.float64)
-        for start in range(0, n_cols, BLOCK_N):
-            c = start + cols
-            col_ok = c < n_cols
-            w = _load64(w_ptr, c, col_ok) if HAS_WEIGHT else 1.0
-            xc, wdy = _centered_wdy(_load64(x_ptr, row * x_stride + c, col_ok), _load64(dy_ptr, row * dy_stride + c, col_ok),
-                                    w, hi, lo, col_ok, IS_RMS, HAS_WEIGHT)
-            sum_xc_wdy += tl.sum(xc * wdy, axis=0)
-            sum_wdy += tl.sum(wdy, axis=0)
-            sum_squares += tl.sum(xc * xc, axis=0)
-        rstd = _row_rstd(sum_squares, n_cols, eps)
-        total_xhat_wdy = rstd * sum_xc_wdy
-        for start in range(0, n_cols, BLOCK_N):
-            c = start + cols
-            col_ok = c < n_cols
-            w = _load64(w_ptr, c, col_ok) if HAS_WEIGHT else 1.0
-            dy = _load64(dy_ptr, row * dy_stride + c, col_ok)
-            xc, wdy = _centered_wdy(_load64(x_ptr, row * x_stride + c, col_ok), dy, w, hi, lo, col_ok,
+        if ONE_READ:
+            # One read of the one-chunk row: its float64 tiles (and the weight's) stay live across the sums.
+            col_ok = cols < n_cols
+            dy = _load64(dy_ptr, row * dy_stride + cols, col_ok)
+            xc, wdy = _centered_wdy(_load64(x_ptr, row * x_stride + cols, col_ok), dy, w_row, hi, lo, col_ok,
                                     IS_RMS, HAS_WEIGHT)
+            rstd = _row_rstd(tl.sum(xc * xc, axis=0), n_cols, eps)
             xhat = xc * rstd
-            dx = _dx(xhat, wdy, rstd, total_xhat_wdy, sum_wdy, n_cols, IS_RMS)
-            _store_dx(dx, dh_ptr, dx_ptr, row * dh_stride + c, row * dx_stride + c, col_ok, HAS_DH)
-            if ONE_CHUNK:
-                dw_acc += dy * xhat
-                db_acc += dy
-            elif ATOMIC:
-                if HAS_WEIGHT:
-                    tl.atomic_add(dw_ptr + c, dy * xhat, mask=col_ok, sem="relaxed")
-                if HAS_BIAS:
-                    tl.atomic_add(db_ptr + c, dy, mask=col_ok, sem="relaxed")
-            else:
-                # Only this program touches its partial row, and each lane reads what it wrote.
-                if HAS_WEIGHT:
-                    tl.store(dw_ptr + part + c, tl.load(dw_ptr + part + c, mask=col_ok) + dy * xhat, mask=col_ok)
-                if HAS_BIAS:
-                    tl.store(db_ptr + part + c, tl.load(db_ptr + part + c, mask=col_ok) + dy, mask=col_ok)
+            sum_wdy = 0.0 if IS_RMS else tl.sum(wdy, axis=0)
+            dx = _dx(xhat, wdy, rstd, tl.sum(xhat * wdy, axis=0), sum_wdy, n_cols, IS_RMS)
+            _store_dx(dx, dh_ptr, dx_ptr, row * dh_stride + cols, row * dx_stride + cols, col_ok, HAS_DH)
+            dw_acc += dy * xhat
+            db_acc += dy
+        else:
+            # Two reads of the row: one for its sums, reduced to scalars as they go, one for dx and the
+            # gradients. The second mostly hits the cache; holding the row's float64 tiles across the sums
+            # instead spills at 8192 columns (benchmarks/norm_backward_spills.py).
+            sum_xc_wdy = tl.full((), 0.0, tl.float64)
+            sum_wdy = tl.full((), 0.0, tl.float64)
+            sum_squares = tl.full((), 0.0, tl.float64)
+            for start in range(0, n_cols, BLOCK_N):
+                c = start + cols
+                col_ok = c < n_cols
+                w = _load64(w_ptr, c, col_ok) if HAS_WEIGHT else 1.0
+                xc, wdy = _centered_wdy(_load64(x_ptr, row * x_stride + c, col_ok), _load64(dy_ptr, row * dy_stride + c, col_ok),
+                                        w, hi, lo, col_ok, IS_RMS, HAS_WEIGHT)
+                sum_xc_wdy += tl.sum(xc * wdy, axis=0)
+                sum_wdy += tl.sum(wdy, axis=0)
+                sum_squares += tl.sum(xc * xc, axis=0)
+            rstd = _row_rstd(sum_squares, n_cols, eps)
+            total_xhat_wdy = rstd * sum_xc_wdy
+            for start in range(0, n_cols, BLOCK_N):
+                c = start + cols
+                col_ok = c < n_cols
+                w = _load64(w_ptr, c, col_ok) if HAS_WEIGHT else 1.0
+                dy = _load64(dy_ptr, row * dy_stride + c, col_ok)
+                xc, wdy = _centered_wdy(_load64(x_ptr, row * x_stride + c, col_ok), dy, w, hi, lo, col_ok,
+                                        IS_RMS, HAS_WEIGHT)
+                xhat = xc * rstd
+                dx = _dx(xhat, wdy, rstd, total_xhat_wdy, sum_wdy, n_cols, IS_RMS)
+                _store_dx(dx, dh_ptr, dx_ptr, row * dh_stride + c, row * dx_stride + c, col_ok, HAS_DH)
+                if ONE_CHUNK:
+                    dw_acc += dy * xhat
+                    db_acc += dy
+                elif ATOMIC:
+                    if HAS_WEIGHT:
+                        tl.atomic_add(dw_ptr + c, dy * xhat, mask=col_ok, sem="relaxed")
+                    if HAS_BIAS:
+                        tl.atomic_add(db_ptr + c, dy, mask=col_ok, sem="relaxed")
+                else:
+                    # Only this program touches its partial row, and each lane reads what it wrote.
+                    if HAS_WEIGHT:
+                        tl.store(dw_ptr + part + c, tl.load(dw_ptr + part + c, mask=col_ok) + dy * xhat, mask=col_ok)
+                    if HAS_BIAS:
+                        tl.store(db_ptr + part + c, tl.load(db_ptr + part + c, mask=col_ok) + dy, mask=col_ok)
     if ONE_CHUNK:
         col_ok = cols < n_cols
         if ATOMIC:
@@ -191,6 +207,9 @@ def launch_rows(dy, x, weight, mean, dh, dx, dw, db, eps: float, rms: bool, conf
     programs = min(n_rows, config["PROGRAMS_PER_SM"] * _sm_count())
     block = config["BLOCK_N"]
     one_chunk = block >= n_cols
+    one_read = config["READS"] == 1
+    if one_read and not one_chunk:
+        raise ValueError(f"config: READS=1 needs the row in one block, got BLOCK_N={block} for rows of {n_cols}")
     atomic = config["variant"] == "atomic"
     f64 = dict(dtype=torch.float64, device=x.device)
 
@@ -208,7 +227,7 @@ def launch_rows(dy, x, weight, mean, dh, dx, dw, db, eps: float, rms: bool, conf
         dx if dw_buf is None else dw_buf, dx if db_buf is None else db_buf,
         n_rows, n_cols, dy.stride(0), x.stride(0), 0 if dh is None else dh.stride(0), dx.stride(0), eps,
         IS_RMS=rms, HAS_WEIGHT=weight is not None, HAS_BIAS=db is not None, HAS_DH=dh is not None,
-        ATOMIC=atomic, ONE_CHUNK=one_chunk, BLOCK_N=block,
+        ATOMIC=atomic, ONE_CHUNK=one_chunk, ONE_READ=one_read, BLOCK_N=block,
         num_warps=config["num_warps"], num_stages=config["num_stages"],
         enable_fp_fusion=False,  # a fused multiply-add would keep a rounding error where dx cancels to 0 exactly
     )

@@ -1,6 +1,6 @@
 """layer_norm / rms_norm: the forward holds rows whole in registers ("single") or streams them in chunks
 ("looped"); the backward sums the weight and bias gradients over rows through per-program partial rows
-and a second small kernel ("partials") or float32 atomics ("atomic").
+and a second small kernel ("partials") or float64 atomics ("atomic"), reading each row once or twice.
 
 Every constraint depends on the problem only through next_pow2(rows) and next_pow2(N), the numbers of
 its bucket: a config that runs on one problem of a bucket runs on all of them.
@@ -29,7 +29,10 @@ BLOCKS = powers_of_two(MIN_BLOCK, MAX_BLOCK)
 
 FORWARD_DEFAULT: Config = {"variant": "looped", "BLOCK_N": 1024, "ROWS_PER_PROGRAM": 1, "num_warps": 4, "num_stages": 2}
 """The forward fallback: looped runs (and is right) on rows of any length."""
-BACKWARD_DEFAULT: Config = {"variant": "partials", "BLOCK_N": 1024, "PROGRAMS_PER_SM": 2, "num_warps": 4, "num_stages": 2}
+READS = (1, 2)
+"""Reads of each row by the backward: once, its tiles held across the row sums (one-block rows only), or twice."""
+BACKWARD_DEFAULT: Config = {"variant": "partials", "BLOCK_N": 1024, "READS": 2, "PROGRAMS_PER_SM": 2, "num_warps": 4,
+                            "num_stages": 2}
 """The backward fallback: a 1024 block covers short rows in one chunk and long ones in several."""
 
 
@@ -145,6 +148,12 @@ def _backward_block_fits_row(c: Config, p: Problem) -> str | None:
     return None
 
 
+def _one_read_holds_the_row(c: Config, p: Problem) -> str | None:
+    if c["READS"] == 1 and c["BLOCK_N"] < full_block(row_shape(p)[1]):
+        return "READS=1 holds the row in one block: BLOCK_N must cover the row"
+    return None
+
+
 def _backward_fits_in_registers(c: Config, p: Problem) -> str | None:
     if not one_chunk_fits(c["BLOCK_N"], c["num_warps"]):
         return f"BLOCK_N > {MAX_BACKWARD_ELEMENTS_PER_THREAD} elements per thread"
@@ -162,6 +171,7 @@ def _suggest_backward(trial, problem: Problem) -> Config:
     }
     wide = not one_chunk_fits(full, max(WARPS))
     config["BLOCK_N"] = trial.suggest_categorical("BLOCK_N", list(BLOCKS)) if wide else min(full, MAX_BLOCK)
+    config["READS"] = 2 if wide else trial.suggest_categorical("READS", list(READS))
     return config
 
 
@@ -169,12 +179,13 @@ BACKWARD_SPACE = SearchSpace(
     params=(
         Param("variant", ("partials", "atomic")),
         Param("BLOCK_N", BLOCKS),
+        Param("READS", READS),
         Param("PROGRAMS_PER_SM", PROGRAMS_PER_SM),
         Param("num_warps", WARPS),
         Param("num_stages", STAGES),
     ),
     default=BACKWARD_DEFAULT,
-    constraints=(_backward_block_fits_row, _backward_fits_in_registers, _no_idle_warps),
+    constraints=(_backward_block_fits_row, _one_read_holds_the_row, _backward_fits_in_registers, _no_idle_warps),
     suggest_fn=_suggest_backward,
 )
 
