@@ -1,6 +1,7 @@
 import json
 
 import optuna
+import pytest
 import torch
 
 import autotune
@@ -84,4 +85,16 @@ def test_flash_attn_ships_an_h100_row_for_every_preset_in_bf16_and_fp16():
         shipped = {(r.dtype, r.bucket) for r in store.best_rows() if r.kernel == "flash_attn" and r.gpu == "H100"}
     assert len(spec.presets) == 22
     missing = [(d, spec.bucket(p)) for p in spec.presets for d in ("bf16", "fp16") if (d, spec.bucket(p)) not in shipped]
+    assert missing == []
+
+
+@pytest.mark.parametrize("kernel", ["layer_norm", "rms_norm", "group_norm",
+                                    "layer_norm_backward", "rms_norm_backward", "group_norm_backward"])
+def test_each_norm_ships_an_h100_row_for_every_preset_in_bf16_fp16_and_fp32(kernel):
+    # Issue 3: forward and backward of the three norms, each preset tuned on the H100 in every dtype they take.
+    spec = autotune.get(kernel)
+    with ConfigStore(db.as_url(str(db.shipped_path())), readonly=True) as store:
+        shipped = {(r.dtype, r.bucket) for r in store.best_rows() if r.kernel == kernel and r.gpu == "H100"}
+    missing = [(d, spec.bucket(p)) for p in spec.presets for d in ("bf16", "fp16", "fp32")
+               if (d, spec.bucket(p)) not in shipped]
     assert missing == []
