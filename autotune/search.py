@@ -437,23 +437,39 @@ def _optimize_in_batches(
 
 NEIGHBOUR_WARM_STARTS = 3
 """How many winners of neighbouring searches a study also tries first (see `warm_starts`)."""
+EARLIER_SOURCE_WARM_STARTS = 2
+"""How many winners of this bucket under earlier sources of the kernel a study also tries first."""
 
 
 def warm_starts(spec: KernelSpec, store: ConfigStore | None, gpu_name: str, dtype: torch.dtype, bucket: str,
                 problem: Problem | None = None) -> list[Config]:
-    """The configs a study tries first: the space's default, then the best stored for its bucket, if any.
+    """The configs a study tries first: the space's default, then the best stored for its bucket, if any,
+    then (up to EARLIER_SOURCE_WARM_STARTS) this bucket's winners under earlier sources of the kernel in
+    `store`, newest first, where their configs are still in the space: a changed kernel is re-tuned from
+    where its last search ended.
 
     Given the problem, also up to NEIGHBOUR_WARM_STARTS winners of neighbouring searches that run on it,
     nearest first: this bucket in another dtype or on another GPU, then the nearest buckets (from `store`
     and the shipped database). Each is only a first guess, measured here like any trial; nothing is copied."""
     configs = [dict(spec.space.default)]
     if store is not None:
-        for row in store.best_rows(kernel=spec.name, gpu=gpu_name, dtype=DTYPE_NAMES[dtype], source_hash=spec.source_hash):
-            if row.bucket == bucket and not row.flagged:
-                try:
-                    configs.append(spec.space.validate(row.config))
-                except ValueError:
-                    pass  # a stale or corrupt row is no warm start
+        rows = [row for row in store.best_rows(kernel=spec.name, gpu=gpu_name, dtype=DTYPE_NAMES[dtype])
+                if row.bucket == bucket and not row.flagged]
+        earlier = sorted((row for row in rows if row.source_hash != spec.source_hash), key=lambda row: row.created_at,
+                         reverse=True)
+        added = 0
+        for row in [row for row in rows if row.source_hash == spec.source_hash] + earlier:
+            try:
+                config = spec.space.validate(row.config)
+            except ValueError:
+                continue  # a corrupt row, or one from a space without this config, is no warm start
+            if row.source_hash != spec.source_hash:
+                if added == EARLIER_SOURCE_WARM_STARTS or config in configs:
+                    continue
+                if problem is not None and spec.space.rejects(config, problem) is not None:
+                    continue
+                added += 1
+            configs.append(config)
     if problem is not None:
         neighbours: list[Config] = []
         for config in _neighbour_winners(spec, store, gpu_name, DTYPE_NAMES[dtype], bucket, problem):

@@ -1,6 +1,6 @@
-"""A study first tries the default, its own bucket's stored best, then the winners of neighbouring searches
-(this bucket in another dtype, the nearest buckets) that run on its problem, nearest first; each is measured
-here like any trial."""
+"""A study first tries the default, its own bucket's stored best and that bucket's winners under earlier kernel
+sources, then the winners of neighbouring searches (this bucket in another dtype, the nearest buckets) that run on
+its problem, nearest first; each is measured here like any trial."""
 
 import json
 
@@ -9,7 +9,7 @@ import torch
 from autotune import gpu
 from autotune.db import ConfigStore
 from autotune.kernels import fused_softmax
-from autotune.search import NEIGHBOUR_WARM_STARTS, search, warm_starts
+from autotune.search import EARLIER_SOURCE_WARM_STARTS, NEIGHBOUR_WARM_STARTS, search, warm_starts
 from autotune.space import Config
 from stored_rows import store_best
 
@@ -69,3 +69,22 @@ def test_a_search_measures_the_neighbours_first_and_stores_only_its_own_measurem
     mine = rows[("fp32", "m=8,n=128")]
     assert mine.config == result.best_config and mine.time_ms == result.best_ms
     assert rows[("fp16", "m=8,n=128")].config == HALF_SAME_BUCKET  # the neighbours' rows are left as they were
+
+
+def test_a_changed_kernel_starts_from_this_buckets_winners_under_its_earlier_sources(user_db):
+    # Rows of an earlier source are never served, but their configs are a re-tune's best first guesses:
+    # newest first, at most EARLIER_SOURCE_WARM_STARTS, only those still in the space and able to run the problem.
+    store_best(user_db, SPEC, "m=8,n=128", single(1, 1), source_hash="source-1")
+    store_best(user_db, SPEC, "m=8,n=128", ROWS_16, source_hash="source-2")
+    store_best(user_db, SPEC, "m=8,n=128", ROWS_64, source_hash="source-3")
+    store_best(user_db, SPEC, "m=8,n=128", WIDER_ROWS, source_hash="source-4")  # cannot run on rows of 100
+    store_best(user_db, SPEC, "m=8,n=128", {"variant": "single", "BLOCK_SIZE": 128}, source_hash="source-5")  # another space
+    store_best(user_db, SPEC, "m=8,n=128", ROWS_1024, dtype="fp16", source_hash="source-6")  # another dtype
+    assert EARLIER_SOURCE_WARM_STARTS == 2
+    with ConfigStore(str(user_db)) as store:
+        assert warm_starts(SPEC, store, gpu.current_gpu().name, torch.float32, "m=8,n=128", PROBLEM) == [
+            SPEC.space.default, ROWS_64, ROWS_16]
+        # This source's own row still comes first.
+        store_best(user_db, SPEC, "m=8,n=128", HALF_SAME_BUCKET)
+        assert warm_starts(SPEC, store, gpu.current_gpu().name, torch.float32, "m=8,n=128", PROBLEM) == [
+            SPEC.space.default, HALF_SAME_BUCKET, ROWS_64, ROWS_16]
