@@ -1,5 +1,5 @@
-"""Host time per call of the public layer_norm, rms_norm and group_norm, forward and backward (softmax for reference): what one
-call costs the CPU before the GPU sees any work.
+"""Host time per call of the public layer_norm, rms_norm and group_norm, forward and backward (softmax for reference), and
+of the matmul family's matmul, linear and mlp: what one call costs the CPU before the GPU sees any work.
 
     python benchmarks/norm_host_path.py                  # this tree: one JSON object on stdout
     python benchmarks/norm_host_path.py --tree before=/path/to/old --tree after=. --out benchmarks/results/NAME
@@ -55,11 +55,16 @@ CASES = [
     ("layer_norm, forward+backward", "layer_norm", "64x512", "forward+backward"),
     ("group_norm silu, forward+backward", "group_norm", "2x64x8x8,groups=8,activation=silu", "forward+backward"),
     ("softmax (reference)", "softmax", "64x512", "call"),
+    ("matmul", "matmul", "64x64x64", "call"),
+    ("linear + bias + gelu_tanh", "linear", "64x128x64,bias,gelu_tanh", "call"),
+    ("mlp (+ bias, gelu_tanh)", "mlp", "64x64x128x32,bias,gelu_tanh", "call"),
 ]
 KERNEL_MODULES = {
     "autotune.kernels.layer_norm": ("_KERNELS",),
     "autotune.kernels.layer_norm_backward": ("_norm_backward_kernel", "_sum_partials_kernel"),
     "autotune.kernels.fused_softmax": ("_KERNELS",),
+    "autotune.kernels._gemm": ("_gemm_kernel", "_split_k_sum_kernel"),
+    "autotune.kernels.mlp": ("_mlp_fused_kernel",),
     "autotune.kernels.group_norm": ("_group_norm_single_kernel", "_group_norm_looped_kernel",
                                     "_group_norm_split_stats_kernel", "_group_norm_split_normalize_kernel"),
     "autotune.kernels.group_norm_backward": ("_group_norm_backward_single_kernel", "_group_norm_backward_sums_kernel",
@@ -79,7 +84,8 @@ class _NoLaunch:
 
 
 def stub_launches() -> None:
-    """Replace every kernel the norms (forward and backward) and softmax launch with _NoLaunch, before any call."""
+    """Replace every kernel the norms (forward and backward), softmax and the matmul family launch with _NoLaunch,
+    before any call."""
     for module_name, names in KERNEL_MODULES.items():
         module = importlib.import_module(module_name)
         for name in names:
