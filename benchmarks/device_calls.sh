@@ -1,0 +1,49 @@
+# Helpers for a device call that runs several stages and brings its logs back (source it from the repo root):
+#
+#   BUDGET=560 SHIPPED_START=path/to/shipped-copy.sqlite; . benchmarks/device_calls.sh
+#   stage NAME SECS CMD...   run CMD under a SECS limit (never past BUDGET seconds from the start of the call);
+#                            stdout and stderr to /tmp/x/NAME.log; `at ...` means `python3 -m autotune ...`
+#   ship KERNEL...           export this GPU's current-source rows of KERNEL from $AUTOTUNE_DB (/tmp/tuned.sqlite)
+#                            and merge them into /tmp/x/shipped.sqlite (a faster row replaces a slower one)
+#   pack                     tar /tmp/x into $OUT/r.tgz: every log, the shipped copy, the exports
+#
+# /tmp/x and /tmp/tuned.sqlite outlive the call while the machine stays warm, so the next call's stages see them;
+# on a fresh machine /tmp/x/shipped.sqlite starts as SHIPPED_START (default: the package's shipped.sqlite).
+# GPU: the name rows are stored under (default H100).
+export AUTOTUNE_DB=${AUTOTUNE_DB:-/tmp/tuned.sqlite}
+GPU=${GPU:-H100}
+BUDGET=${BUDGET:-560}
+mkdir -p /tmp/x
+[ -f /tmp/x/shipped.sqlite ] || cp "${SHIPPED_START:-autotune/db/shipped.sqlite}" /tmp/x/shipped.sqlite
+T0=$(date +%s)
+echo "call start $(date -u +%FT%TZ); $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader)" | tee -a /tmp/x/calls.log
+python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__, 'cudnn', torch.backends.cudnn.version())" \
+  | tee -a /tmp/x/calls.log
+
+stage() {
+  local name=$1 secs=$2; shift 2
+  [ "$1" = at ] && { shift; set -- python3 -m autotune "$@"; }
+  local left=$(( BUDGET - ($(date +%s) - T0) ))
+  if [ "$left" -lt 20 ]; then echo "SKIP $name (only ${left}s left)" | tee -a /tmp/x/calls.log; return 0; fi
+  [ "$secs" -gt "$left" ] && secs=$left
+  local started=$(date +%s)
+  echo "== $name: $* (limit ${secs}s)" | tee -a /tmp/x/calls.log
+  timeout -k 5 "$secs" "$@" > "/tmp/x/$name.log" 2>&1
+  echo "== $name rc=$? $(( $(date +%s) - started ))s" | tee -a /tmp/x/calls.log
+  tail -25 "/tmp/x/$name.log"
+}
+
+ship() {
+  local kernel
+  for kernel in "$@"; do
+    rm -f "/tmp/x/export-$kernel.sqlite"
+    python3 -m autotune db export --gpu "$GPU" -o "/tmp/x/export-$kernel.sqlite" --kernel "$kernel" --db "$AUTOTUNE_DB" >> /tmp/x/ship.log 2>&1 \
+      && python3 -m autotune db merge "/tmp/x/export-$kernel.sqlite" --db /tmp/x/shipped.sqlite >> /tmp/x/ship.log 2>&1
+    echo "ship $kernel rc=$?" | tee -a /tmp/x/calls.log
+  done
+}
+
+pack() {
+  echo "call end $(( $(date +%s) - T0 ))s" | tee -a /tmp/x/calls.log
+  tar czf "$OUT/r.tgz" -C /tmp x
+}
