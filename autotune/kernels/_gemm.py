@@ -18,6 +18,7 @@ import triton
 import triton.language as tl
 
 from autotune import gpu
+from autotune.kernels._grid import cdiv
 
 ACTIVATIONS = {"none": 0, "relu": 1, "gelu": 2, "gelu_tanh": 3, "silu": 4}
 """The fused activations, as torch names them: relu, gelu (exact, with erf), gelu with approximate="tanh", silu."""
@@ -280,7 +281,7 @@ def gemm(a: torch.Tensor, b: torch.Tensor, y: torch.Tensor, config: dict, *, bia
     if variant.startswith("tma"):
         a_desc, b_desc = descriptor(a, block_m, block_k), descriptor(b, block_k, block_n)
         descs = (a_desc, b_desc) if a_desc and b_desc else None
-    n_tiles = triton.cdiv(m, block_m) * triton.cdiv(n, block_n) * batch
+    n_tiles = cdiv(m, block_m) * cdiv(n, block_n) * batch
     ws = torch.empty((split, batch, m, n), dtype=torch.float32, device=y.device) if split > 1 else y
     grid = (min(n_tiles, sm_count()),) if persistent else (n_tiles, split)
     epilogue = dict(ACTIVATION=ACTIVATIONS[activation], HAS_BIAS=bias is not None, STORE_PRE=z is not None)
@@ -294,7 +295,7 @@ def gemm(a: torch.Tensor, b: torch.Tensor, y: torch.Tensor, config: dict, *, bia
         num_warps=config["num_warps"], num_stages=config["num_stages"],
     )
     if split > 1:
-        sum_tiles = triton.cdiv(m, SUM_BLOCK) * triton.cdiv(n, SUM_BLOCK) * batch
+        sum_tiles = cdiv(m, SUM_BLOCK) * cdiv(n, SUM_BLOCK) * batch
         _split_k_sum_kernel[(sum_tiles,)](
             ws, y, y if z is None else z, y if bias is None else bias, m, n, batch, *y.stride(),
             **epilogue, SPLIT_K=split, BLOCK=SUM_BLOCK, num_warps=4,

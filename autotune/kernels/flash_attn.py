@@ -24,6 +24,7 @@ from autotune.kernels import _checks
 from autotune.kernels import flash_attn_backward as backward_
 from autotune.kernels._attn_tiles import (LN2, compute_dtype, exp_, key_blocks, load_rows, mma, scalar,
                                          score_multiplier, unit_stride, upcast, widen)
+from autotune.kernels._grid import cdiv
 from autotune.kernels._rounding import round_to
 from autotune.search_spaces.flash_attn import FORWARD_SPACE, MAX_HEAD_DIM, block_d, bucket
 from autotune.spec import Inputs, KernelSpec
@@ -209,12 +210,12 @@ def launch(q, k, v, o, lse, causal: bool, scale: float, config: dict) -> None:
     programs = batch * heads // pack
     rows = nq * pack
     block_n = config["BLOCK_N"]
-    split_len = triton.cdiv(triton.cdiv(nk, config["KV_SPLITS"]), block_n) * block_n
-    splits = triton.cdiv(nk, split_len)
+    split_len = cdiv(cdiv(nk, config["KV_SPLITS"]), block_n) * block_n
+    splits = cdiv(nk, split_len)
     descriptors = config["kv_load"] == "descriptor" and descriptor_ok(k) and descriptor_ok(v)
     if descriptors:
         triton.set_allocator(_scratch)
-    grid = (triton.cdiv(rows, config["BLOCK_M"]), programs, splits)
+    grid = (cdiv(rows, config["BLOCK_M"]), programs, splits)
     meta = dict(
         HEAD_DIM=d, BLOCK_D=block_d(d), BLOCK_M=config["BLOCK_M"], BLOCK_N=block_n, CAUSAL=causal,
         EDGES_ONLY=config["mask"] == "edges", DESCRIPTORS=descriptors, UPCAST=upcast(q.dtype),
@@ -230,7 +231,7 @@ def launch(q, k, v, o, lse, causal: bool, scale: float, config: dict) -> None:
     o_part = torch.empty((splits, programs, rows, d), **part)
     lse_part = torch.empty((splits, programs, rows), **part)
     _attn_fwd_kernel[grid](q, k, v, o_part, lse_part, *common, 0, 0, 0, *sizes, SPLIT=True, **meta)
-    _combine_splits_kernel[(triton.cdiv(rows, COMBINE_ROWS), programs)](
+    _combine_splits_kernel[(cdiv(rows, COMBINE_ROWS), programs)](
         o_part, lse_part, o, lse, *o.stride()[:3], splits, heads, pack, pack, nq,
         HEAD_DIM=d, BLOCK_D=block_d(d), BLOCK_M=COMBINE_ROWS, num_warps=4,
     )

@@ -28,6 +28,7 @@ from autotune.kernels import _attn_math as math_
 from autotune.kernels import _attn_problems as problems_
 from autotune.kernels._attn_tiles import (LOG2E, compute_dtype, exp_, key_blocks, load_rows, mma, scalar,
                                          score_multiplier, split_float, unit_stride, upcast, widen)
+from autotune.kernels._grid import cdiv
 from autotune.kernels._rounding import round_to
 from autotune.search_spaces.flash_attn import BACKWARD_SPACE, block_d, bucket
 from autotune.spec import Inputs, KernelSpec
@@ -274,11 +275,11 @@ def launch(do, q, k, v, o, lse, dq, dk, dv, causal: bool, scale: float, config: 
     common = (*q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *do.stride()[:3])
     scalars = (*split_float(scale), *score_multiplier(scale, q.dtype))
     # The query-side kernel holds BLOCK_N queries and streams BLOCK_M keys (the dk/dv kernel's roles swapped).
-    query_grid = (triton.cdiv(nq, config["BLOCK_N"]), batch * heads)
+    query_grid = (cdiv(nq, config["BLOCK_N"]), batch * heads)
     query_meta = dict(BLOCK_M=config["BLOCK_N"], BLOCK_N=config["BLOCK_M"], **meta)
     delta = torch.empty((batch, heads, nq), **compute)
     if config["delta"] == "output":
-        _delta_kernel[(triton.cdiv(nq, DELTA_ROWS), batch * heads)](
+        _delta_kernel[(cdiv(nq, DELTA_ROWS), batch * heads)](
             o, do, delta, *o.stride()[:3], *do.stride()[:3], heads, nq,
             HEAD_DIM=d, BLOCK_D=block_d(d), BLOCK_M=DELTA_ROWS, num_warps=4,
         )
@@ -287,7 +288,7 @@ def launch(do, q, k, v, o, lse, dq, dk, dv, causal: bool, scale: float, config: 
                                            *scalars, DELTA=True, **query_meta)
     atomic = config["dq"] == "atomic"
     dq_acc = torch.zeros(dq.shape, **compute) if atomic else dq  # added into from many programs, from zero
-    _attn_bwd_dkdv_kernel[(triton.cdiv(nk, config["BLOCK_N"]), batch * kv_heads)](
+    _attn_bwd_dkdv_kernel[(cdiv(nk, config["BLOCK_N"]), batch * kv_heads)](
         q, k, v, do, lse, delta, dk, dv, dq_acc, *common, *dk.stride()[:3], *dq_acc.stride()[:3],
         heads, kv_heads, group, nq, nk, *scalars,
         BLOCK_M=config["BLOCK_M"], BLOCK_N=config["BLOCK_N"], ATOMIC_DQ=atomic, **meta,

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from autotune import runtime
 from autotune.kernels import _checks
+from autotune.kernels._grid import cdiv
 from autotune.search_spaces.softmax import SPACE, bucket, row_shape
 from autotune.spec import Cost, Inputs, KernelSpec, parse_sizes
 from autotune.strategies import PROBE_ROWS, magnitudes, next_pow2, shapes, sizes_in_classes, steered_classes
@@ -82,7 +83,7 @@ _KERNELS = {"single": _softmax_single_kernel, "online": _softmax_online_kernel}
 def _launch(x, out, n_rows: int, n_cols: int, x_strides: tuple, out_strides: tuple, config: dict) -> None:
     """Softmax of n_rows rows of n_cols elements, addressed by (row, column) strides, with one config."""
     rows_per_program = config["ROWS_PER_PROGRAM"]
-    _KERNELS[config["variant"]][(triton.cdiv(n_rows, rows_per_program),)](
+    _KERNELS[config["variant"]][(cdiv(n_rows, rows_per_program),)](
         x, out, n_rows, n_cols, *x_strides, *out_strides,
         BLOCK_SIZE=config["BLOCK_SIZE"], ROWS_PER_PROGRAM=rows_per_program,
         num_warps=config["num_warps"], num_stages=config["num_stages"],

@@ -12,6 +12,7 @@ import triton.language as tl
 from autotune import runtime
 from autotune.kernels import _checks
 from autotune.kernels import group_norm_backward  # also registers the backward op
+from autotune.kernels._grid import cdiv
 from autotune.kernels._group_norm_common import (
     ACTIVATIONS, accumulator, activate, affine, apply_activation, bucket_edges, channels_inner, check_span, cost,
     dense_like_torch, flat_strides, INTERPRETER_PRESETS, lookup_config, make_forward_inputs, parse_shape, PRESETS,
@@ -217,7 +218,7 @@ def _launcher(x, y, groups: int, activation: str, has_weight: bool, has_bias: bo
             kernel(x, y, x if weight is None else weight, x if bias is None else bias, mean, rstd,
                    groups, cg, hw, eps, *strides, **meta)
         return launch
-    chunk = triton.cdiv(triton.cdiv(hw, split), block_hw) * block_hw
+    chunk = cdiv(cdiv(hw, split), block_hw) * block_hw
     stats_kernel = _group_norm_split_stats_kernel[(rows, split)]
     normalize_kernel = _group_norm_split_normalize_kernel[(rows, split)]
 

@@ -15,6 +15,7 @@ import triton
 import triton.language as tl
 
 from autotune import runtime
+from autotune.kernels._grid import cdiv
 from autotune.kernels._group_norm_common import (
     ACTIVATIONS, accumulator, activation_grad, bucket_edges, channels_inner, cost, dense_like_torch, flat_strides,
     INTERPRETER_PRESETS, lookup_config, make_forward_inputs, parse_shape, PRESETS, problems, problems_for_config,
@@ -233,7 +234,7 @@ def _launcher(dy, x, dx, groups: int, activation: str, has_weight: bool, has_bia
             single_kernel(dy, x, *params, mean, rstd, dx, dw_sums, db_sums, groups, cg, hw, c, *dys, *xs, *dxs,
                           PARAM_GRADS=param_grads, ATOMIC=atomic, **meta)
     else:
-        chunk = triton.cdiv(triton.cdiv(hw, split), block_hw) * block_hw  # positions per part, whole tiles
+        chunk = cdiv(cdiv(hw, split), block_hw) * block_hw  # positions per part, whole tiles
         sums_kernel = _group_norm_backward_sums_kernel[(rows, split)]
         dx_kernel = _group_norm_backward_dx_kernel[(rows, split)]
 
@@ -243,7 +244,7 @@ def _launcher(dy, x, dx, groups: int, activation: str, has_weight: bool, has_bia
                         PARAM_GRADS=param_grads, ATOMIC=atomic, SPLIT=split, **meta)
             dx_kernel(dy, x, *params, mean, rstd, dx, group_sums, groups, cg, hw, chunk, *dys, *xs, *dxs,
                       SPLIT=split, **meta)
-    reduce_kernel = _param_grad_reduce_kernel[(triton.cdiv(c, REDUCE_BLOCK_C),)]
+    reduce_kernel = _param_grad_reduce_kernel[(cdiv(c, REDUCE_BLOCK_C),)]
 
     def launch(dy, x, weight, bias, mean, rstd, dx, dweight, dbias):
         params = (x if weight is None else weight, x if bias is None else bias)  # absent ones are never read

@@ -23,9 +23,11 @@ import triton.language as tl
 
 from autotune import gpu, runtime
 from autotune.kernels import _norm_problems as problems_
+from autotune.kernels._grid import cdiv
 from autotune.kernels._rounding import round_to
 from autotune.search_spaces.layer_norm import BACKWARD_SPACE, bucket
 from autotune.spec import Inputs, KernelSpec
+from autotune.strategies import next_pow2
 
 INTERPRETER_SMS = 2
 """The interpreter has no SMs; a few programs per "SM" still make the cross-program sums real."""
@@ -236,8 +238,8 @@ def launch_rows(dy, x, weight, mean, dh, dx, dw, db, eps: float, rms: bool, conf
             if grad is not None:
                 grad.copy_(buf)
     elif dw is not None or db is not None:
-        cols = max(SUM_MIN_COLS, triton.next_power_of_2(triton.cdiv(n_cols, SUM_MAX_PROGRAMS)))
-        _sum_partials_kernel[(triton.cdiv(n_cols, cols),)](
+        cols = max(SUM_MIN_COLS, next_pow2(cdiv(n_cols, SUM_MAX_PROGRAMS)))
+        _sum_partials_kernel[(cdiv(n_cols, cols),)](
             dx if dw_buf is None else dw_buf, dx if db_buf is None else db_buf,
             dx if dw is None else dw, dx if db is None else db, programs, n_cols,
             HAS_WEIGHT=dw is not None, HAS_BIAS=db is not None, BLOCK_PARTS=max(1, SUM_TILE // cols), BLOCK_COLS=cols,

@@ -17,6 +17,7 @@ from autotune import runtime
 from autotune.kernels import _gemm
 from autotune.kernels import _matmul_problems as problems_
 from autotune.kernels._gemm import activate, dot_pointers, store_tile
+from autotune.kernels._grid import cdiv
 from autotune.kernels.matmul import (
     activation_backward, apply_activation, check_activation, check_dtype, check_like, gemm_spec, linear_op, linear_rows,
     mm, needs_graph,
@@ -64,7 +65,7 @@ def launch_fused(x, w1, b1, w2, b2, y, activation: str, config: dict) -> None:
     """y = activation(x @ w1.T + b1) @ w2.T + b2 with the fused kernel, for 2-D x and y (any strides)."""
     m, k = x.shape
     h, n = w1.shape[0], w2.shape[0]
-    _mlp_fused_kernel[(triton.cdiv(m, config["BLOCK_M"]) * triton.cdiv(n, config["BLOCK_N"]),)](
+    _mlp_fused_kernel[(cdiv(m, config["BLOCK_M"]) * cdiv(n, config["BLOCK_N"]),)](
         x, w1, x if b1 is None else b1, w2, x if b2 is None else b2, y, m, k, h, n,
         *x.stride(), *w1.stride(), *w2.stride(), *y.stride(),
         ACTIVATION=_gemm.ACTIVATIONS[activation], HAS_B1=b1 is not None, HAS_B2=b2 is not None,

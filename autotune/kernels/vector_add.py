@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 
 from autotune import runtime
 from autotune.kernels import _checks
+from autotune.kernels._grid import cdiv
 from autotune.search_spaces.add import SPACE, bucket
 from autotune.spec import Cost, Inputs, KernelSpec, parse_sizes
 from autotune.strategies import magnitudes, shapes
@@ -31,7 +32,7 @@ def launch(inputs: Inputs, config: dict, out: torch.Tensor) -> torch.Tensor:
     if n == 0:
         return out
     block = config["BLOCK_SIZE"]
-    _add_kernel[(triton.cdiv(n, block),)](
+    _add_kernel[(cdiv(n, block),)](
         x.contiguous(), y.contiguous(), out, n,
         BLOCK_SIZE=block, num_warps=config["num_warps"], num_stages=config["num_stages"],
     )
