@@ -455,21 +455,18 @@ def warm_starts(spec: KernelSpec, store: ConfigStore | None, gpu_name: str, dtyp
     if store is not None:
         rows = [row for row in store.best_rows(kernel=spec.name, gpu=gpu_name, dtype=DTYPE_NAMES[dtype])
                 if row.bucket == bucket and not row.flagged]
-        earlier = sorted((row for row in rows if row.source_hash != spec.source_hash), key=lambda row: row.created_at,
-                         reverse=True)
-        added = 0
-        for row in [row for row in rows if row.source_hash == spec.source_hash] + earlier:
-            try:
-                config = spec.space.validate(row.config)
-            except ValueError:
-                continue  # a corrupt row, or one from a space without this config, is no warm start
-            if row.source_hash != spec.source_hash:
-                if added == EARLIER_SOURCE_WARM_STARTS or config in configs:
-                    continue
-                if problem is not None and spec.space.rejects(config, problem) is not None:
-                    continue
-                added += 1
-            configs.append(config)
+        configs += [config for row in rows if row.source_hash == spec.source_hash
+                    if (config := _stored_config(spec, row)) is not None]
+        earlier: list[Config] = []
+        older_rows = [row for row in rows if row.source_hash != spec.source_hash]
+        for row in sorted(older_rows, key=lambda row: row.created_at, reverse=True):
+            if len(earlier) == EARLIER_SOURCE_WARM_STARTS:
+                break
+            config = _stored_config(spec, row)
+            if config is not None and config not in configs and config not in earlier and (
+                    problem is None or spec.space.rejects(config, problem) is None):
+                earlier.append(config)
+        configs += earlier
     if problem is not None:
         neighbours: list[Config] = []
         for config in _neighbour_winners(spec, store, gpu_name, DTYPE_NAMES[dtype], bucket, problem):
@@ -479,6 +476,14 @@ def warm_starts(spec: KernelSpec, store: ConfigStore | None, gpu_name: str, dtyp
                 neighbours.append(config)
         configs += neighbours
     return configs
+
+
+def _stored_config(spec: KernelSpec, row) -> Config | None:
+    """row's config if it belongs to spec's space; None for a corrupt row or one from a space without it."""
+    try:
+        return spec.space.validate(row.config)
+    except ValueError:
+        return None
 
 
 def _neighbour_winners(spec: KernelSpec, store: ConfigStore | None, gpu_name: str, dtype: str, bucket: str,
@@ -503,11 +508,8 @@ def _neighbour_winners(spec: KernelSpec, store: ConfigStore | None, gpu_name: st
         if row.gpu != gpu_name and not other_gpus:
             continue
         distance = spec.bucket_distance(row.bucket, bucket)
-        try:
-            config = spec.space.validate(row.config)
-        except ValueError:
-            continue
-        if distance < float("inf") and spec.space.rejects(config, problem) is None:
+        config = _stored_config(spec, row)
+        if config is not None and distance < float("inf") and spec.space.rejects(config, problem) is None:
             ranked.append(((distance, row.dtype != dtype, row.gpu != gpu_name), config))
     ranked.sort(key=lambda r: r[0])
     return [config for _, config in ranked]
