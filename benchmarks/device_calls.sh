@@ -3,6 +3,11 @@
 #   BUDGET=560 SHIPPED_START=path/to/shipped-copy.sqlite; . benchmarks/device_calls.sh
 #   stage NAME SECS CMD...   run CMD under a SECS limit (never past BUDGET seconds from the start of the call);
 #                            stdout and stderr to /tmp/x/NAME.log; `at ...` means `python3 -m autotune ...`
+#   search_missing KERNEL DTYPE SECS ARGS...
+#                            a stage searching KERNEL's presets in DTYPE that neither /tmp/x/shipped.sqlite nor
+#                            $AUTOTUNE_DB holds a current row for (benchmarks/missing_presets.py), with ARGS
+#                            (--trials, --warm-start, ...); nothing when none is missing. A call cut short by SECS
+#                            keeps the studies it finished, and the next call's search_missing goes on from there
 #   ship KERNEL...           export this GPU's current-source rows of KERNEL from $AUTOTUNE_DB (/tmp/tuned.sqlite)
 #                            and merge them into /tmp/x/shipped.sqlite (a faster row replaces a slower one)
 #   pack                     tar /tmp/x into $OUT/r.tgz: every log, the shipped copy, the exports
@@ -31,6 +36,14 @@ stage() {
   timeout -k 5 "$secs" "$@" > "/tmp/x/$name.log" 2>&1
   echo "== $name rc=$? $(( $(date +%s) - started ))s" | tee -a /tmp/x/calls.log
   tail -25 "/tmp/x/$name.log"
+}
+
+search_missing() {
+  local kernel=$1 dtype=$2 secs=$3 shapes; shift 3
+  shapes=$(python3 benchmarks/missing_presets.py "$kernel" "$dtype" "$GPU" /tmp/x/shipped.sqlite "$AUTOTUNE_DB")
+  [ -z "$shapes" ] && { echo "search_missing $kernel $dtype: none missing" | tee -a /tmp/x/calls.log; return 0; }
+  # shellcheck disable=SC2086  # $shapes is a list of --shape arguments
+  stage "s-$kernel-$dtype-$(date +%H%M%S)" "$secs" at search "$kernel" --gpu "$GPU" --dtype "$dtype" $shapes "$@"
 }
 
 ship() {
