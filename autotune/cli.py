@@ -173,7 +173,7 @@ def search(kernel, gpu_name, dtypes, shapes, trials, timeout, sampler, db_url, s
     """Tune KERNEL on this GPU: one Optuna study per dtype and shape bucket; store the best."""
     from tqdm import tqdm
 
-    from autotune.isolation import use_isolation
+    from autotune.isolation import shared_workers, use_isolation
     from autotune.precompile import CompilePool, default_workers
     from autotune.search import check_gpu, search as run_search
 
@@ -204,6 +204,7 @@ def search(kernel, gpu_name, dtypes, shapes, trials, timeout, sampler, db_url, s
     workers = default_workers() if compile_workers is None else compile_workers
     with _store(db_url) as store, contextlib.ExitStack() as stack:
         pool = stack.enter_context(CompilePool(workers, timeout=trial_timeout)) if workers > 1 else 0
+        stack.enter_context(shared_workers())  # each study's evaluation worker is handed on to the next
         for dtype in _dtypes(dtypes, spec):
             for problem in problems:
                 label = f"{spec.name} {DTYPE_NAMES[dtype]} {spec.bucket(problem)}"

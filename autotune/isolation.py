@@ -7,17 +7,23 @@ its database in one process, and a long-lived worker holds the inputs, the float
 GPU context. A config that crashes the worker, runs past the trial limit or loses the worker's GPU
 context is recorded as `crashed` or `timeout` with the reason, and a fresh worker takes the next one.
 The search's own process never creates a CUDA context: it even asks a worker which GPU it measures.
+
+Within `shared_workers()` (a command's studies one after another), a worker outlives its study: the next
+study, in the same environment, binds it to its own problem instead of starting a process, importing torch
+and creating a GPU context again. Outside it, and when it ends, no worker outlives its study.
 """
 
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import functools
 import json
 import math
 import multiprocessing
 import os
 import signal
+import sys
 import time
 import warnings
 import weakref
@@ -39,6 +45,27 @@ that runs past it is lost, while a real hang costs it only once."""
 WORKER_NAME = "autotune-evaluator"
 """The multiprocessing name of every evaluation worker process."""
 _SPAWN = multiprocessing.get_context("spawn")  # a forked child would share this process's state
+
+
+_idle: list[tuple[_Worker, tuple]] = []
+"""At most one worker whose study has ended, with the environment it was started in (`_environment`)."""
+_sharing = 0
+"""How many `shared_workers()` blocks are open."""
+
+
+@contextlib.contextmanager
+def shared_workers():
+    """Studies run in this block hand their evaluation worker on to the next one (see the module's text); on
+    leaving it, the last one is stopped."""
+    global _sharing
+    _sharing += 1
+    try:
+        yield
+    finally:
+        _sharing -= 1
+        if not _sharing:
+            while _idle:
+                _idle.pop()[0].stop()
 
 
 class WorkerStartError(RuntimeError):
@@ -125,20 +152,27 @@ class IsolatedEvaluator(Evaluator):
             raise WorkerStartError(f"{self.spec.name}: the evaluation worker did not start: {reason}")
 
     def _start(self) -> str | None:
-        """Start a worker and wait until it holds its inputs; why not, if it could not."""
+        """Bind the idle worker to this problem, or start one, and wait until it holds its inputs; why not,
+        if it could not."""
         started = time.perf_counter()
-        worker = _Worker(self._args)
-        status, value = worker.receive(START_TIMEOUT_S)
+        worker = _take_idle()
+        status, value = worker.call("bind", self._args, START_TIMEOUT_S) if worker else (None, None)
+        if status != "ok":
+            if worker is not None:
+                worker.stop()  # it could not take this problem: a fresh process says why, or does better
+            worker = _Worker(self._args)
+            status, value = worker.receive(START_TIMEOUT_S)
         self._phase("worker_start", started)
-        if status != "ready":
+        if status not in ("ready", "ok"):
             worker.stop()
             return value
         self._worker = worker
         return None
 
     def close(self) -> None:
+        """End this evaluator's use of its worker: stopped, or within `shared_workers()` kept for the next study."""
         if self._worker is not None:
-            self._worker.stop()
+            _park(self._worker)
             self._worker = None
 
     def _call(self, op: str, *args: object, limit: float) -> tuple[str, object]:
@@ -220,6 +254,33 @@ class _Worker:
         return "crashed", f"the worker {how}"
 
 
+def _environment() -> tuple:
+    """What a spawned worker inherits and a later study may have changed: import path and variables."""
+    return tuple(sys.path), tuple(sorted(os.environ.items()))
+
+
+def _park(worker: _Worker) -> None:
+    """Keep worker for the next study (stopping the one kept before) inside `shared_workers()`, if it is
+    still alive; else stop it."""
+    while _idle:
+        _idle.pop()[0].stop()
+    if _sharing and worker.process.is_alive():
+        _idle.append((worker, _environment()))
+    else:
+        worker.stop()
+
+
+def _take_idle() -> _Worker | None:
+    """The idle worker, if there is one started in this environment and alive; a stale one is stopped."""
+    if not _idle:
+        return None
+    worker, environment = _idle.pop()
+    if environment == _environment() and worker.process.is_alive():
+        return worker
+    worker.stop()
+    return None
+
+
 def _end(process: multiprocessing.process.BaseProcess, conn) -> None:
     conn.close()  # a worker waiting for a request reads end of file and exits
     process.join(10)
@@ -239,12 +300,16 @@ def _exit_description(code: int | None) -> str:
     return f"exited with code {code}"
 
 
-def _serve(conn, name: str, problem: Problem, dtype_name: str, examples: int, seed: int, max_numel: int) -> None:
-    """Worker: build the Evaluator (inputs, references) once, then answer requests until the pipe closes."""
+def _build(name: str, problem: Problem, dtype_name: str, examples: int, seed: int, max_numel: int) -> Evaluator:
+    return Evaluator(registry.get(name), problem, dtype_from_name(dtype_name), examples=examples, seed=seed,
+                     max_numel=max_numel)
+
+
+def _serve(conn, *args) -> None:
+    """Worker: build the Evaluator (inputs, references) of args, then answer requests until the pipe
+    closes; "bind" builds another problem's Evaluator in its place (the next study's)."""
     try:
-        spec = registry.get(name)
-        evaluator = Evaluator(spec, problem, dtype_from_name(dtype_name), examples=examples, seed=seed,
-                              max_numel=max_numel)
+        evaluator = _build(*args)
     except Exception as exc:
         conn.send(("failed", _describe(exc)))
         return
@@ -255,7 +320,12 @@ def _serve(conn, name: str, problem: Problem, dtype_name: str, examples: int, se
         except EOFError:
             return
         try:
-            reply = ("ok", _HANDLERS[op](evaluator, *args))
+            if op == "bind":
+                evaluator = None  # the old problem's inputs and references go before the new ones come
+                evaluator = _build(*args)
+                reply = ("ok", None)
+            else:
+                reply = ("ok", _HANDLERS[op](evaluator, *args))
         except Exception as exc:  # whatever escaped the evaluator is this request's failure, not the worker's
             reply = ("failed", _describe(exc))
         fault = _gpu_fault()

@@ -71,6 +71,23 @@ def test_isolated_search_records_each_fault_with_its_reason_and_stores_the_faste
     assert _evaluation_workers() == []
 
 
+def test_studies_in_shared_workers_hand_their_worker_on_and_none_outlives_the_block(monkeypatch):
+    def study(shape):
+        result = search(vector_add.SPEC, vector_add.parse_shape(shape), torch.float32, trials=1, examples=2,
+                        final_examples=2, trial_timeout=TRIAL_TIMEOUT)
+        assert result.best_config is not None and result.seconds["worker_start"] > 0
+        return [p.pid for p in _evaluation_workers()]
+
+    with isolation.shared_workers():
+        first = study("1000")
+        assert len(first) == 1  # kept, idle, for the next study
+        assert study("3000") == first  # another problem, the same process
+        monkeypatch.setenv("AUTOTUNE_TEST_MARK", "changed")  # a worker inherits the environment it started in
+        fresh = study("1000")
+        assert len(fresh) == 1 and fresh != first
+    assert _evaluation_workers() == []
+
+
 def test_cli_search_with_a_trial_timeout_and_compile_ahead_survives_a_hang_and_a_crash(user_db):
     # Under the interpreter compile-ahead workers run the configs too: the hang and the crash hit them first.
     args = ["search", "fault_kernels:HANG_CRASH_ADD", "--dtype", "fp32", "--shape", "1000", "--sampler", "grid",
