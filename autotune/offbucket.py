@@ -11,6 +11,7 @@ import torch
 
 from autotune import bench, gpu, runtime
 from autotune.db import ConfigStore
+from autotune.isolation import shared_workers
 from autotune.precompile import CompilePool
 from autotune.report import require_nonzero
 from autotune.search import search
@@ -77,27 +78,29 @@ def measure_off_bucket(
         raise ValueError(f"timeout must be a positive number of seconds or None, got {timeout}")
     choices = runtime_choices(spec, problems, dtype)
     records = []
-    for problem, (choice, tuned_on) in zip((spec.problem_for(p, dtype) for p in problems), choices):
-        started = time.perf_counter()
-        result = search(spec, problem, dtype, trials=trials, timeout=timeout, seed=seed, examples=examples,
-                        final_examples=final_examples, compile_workers=compile_workers, warm_start=[choice.config])
-        record = {
-            "kernel": spec.name, "dtype": DTYPE_NAMES[dtype], "shape": shape_label(problem), "problem": problem,
-            "bucket": spec.bucket(problem), "source": choice.source, "tuned_for": choice.bucket,
-            "tuned_on": None if tuned_on is None else shape_label(tuned_on), "database": choice.database,
-            "runtime_config": choice.config, "exact_config": result.best_config,
-            "same_config": choice.config == result.best_config, "evaluations": result.evaluations,
-            "runtime_config_searched": any(t.config == choice.config for t in result.trials),
-            "search_seconds": time.perf_counter() - started, "search_best_ms": result.best_ms,
-        }
-        records.append(record)
-        if result.best_config is None:
-            record.update(ratio=None, error="the exact search found no verified config")
-            continue
-        failure = _time_configs(spec, problem, dtype, seed, record, runtime=choice.config, exact=result.best_config,
-                                default=dict(spec.space.default))
-        record["runtime_failure"] = failure
-        record["ratio"] = None if failure else record["runtime_ms"] / record["exact_ms"]
+    with shared_workers():  # where searches are isolated, one evaluation worker serves them all
+        for problem, (choice, tuned_on) in zip((spec.problem_for(p, dtype) for p in problems), choices):
+            started = time.perf_counter()
+            result = search(spec, problem, dtype, trials=trials, timeout=timeout, seed=seed, examples=examples,
+                            final_examples=final_examples, compile_workers=compile_workers,
+                            warm_start=[choice.config])
+            record = {
+                "kernel": spec.name, "dtype": DTYPE_NAMES[dtype], "shape": shape_label(problem), "problem": problem,
+                "bucket": spec.bucket(problem), "source": choice.source, "tuned_for": choice.bucket,
+                "tuned_on": None if tuned_on is None else shape_label(tuned_on), "database": choice.database,
+                "runtime_config": choice.config, "exact_config": result.best_config,
+                "same_config": choice.config == result.best_config, "evaluations": result.evaluations,
+                "runtime_config_searched": any(t.config == choice.config for t in result.trials),
+                "search_seconds": time.perf_counter() - started, "search_best_ms": result.best_ms,
+            }
+            records.append(record)
+            if result.best_config is None:
+                record.update(ratio=None, error="the exact search found no verified config")
+                continue
+            failure = _time_configs(spec, problem, dtype, seed, record, runtime=choice.config,
+                                    exact=result.best_config, default=dict(spec.space.default))
+            record["runtime_failure"] = failure
+            record["ratio"] = None if failure else record["runtime_ms"] / record["exact_ms"]
     return records
 
 
