@@ -157,13 +157,13 @@ class IsolatedEvaluator(Evaluator):
         started = time.perf_counter()
         worker = _take_idle()
         status, value = worker.call("bind", self._args, START_TIMEOUT_S) if worker else (None, None)
-        if status != "ok":
+        if status != "ready":
             if worker is not None:
                 worker.stop()  # it could not take this problem: a fresh process says why, or does better
             worker = _Worker(self._args)
             status, value = worker.receive(START_TIMEOUT_S)
         self._phase("worker_start", started)
-        if status not in ("ready", "ok"):
+        if status != "ready":
             worker.stop()
             return value
         self._worker = worker
@@ -301,6 +301,7 @@ def _exit_description(code: int | None) -> str:
 
 
 def _build(name: str, problem: Problem, dtype_name: str, examples: int, seed: int, max_numel: int) -> Evaluator:
+    """The worker's Evaluator of one problem: its inputs, references and drawn problems."""
     return Evaluator(registry.get(name), problem, dtype_from_name(dtype_name), examples=examples, seed=seed,
                      max_numel=max_numel)
 
@@ -323,7 +324,7 @@ def _serve(conn, *args) -> None:
             if op == "bind":
                 evaluator = None  # the old problem's inputs and references go before the new ones come
                 evaluator = _build(*args)
-                reply = ("ok", None)
+                reply = ("ready", None)  # as a fresh worker says it
             else:
                 reply = ("ok", _HANDLERS[op](evaluator, *args))
         except Exception as exc:  # whatever escaped the evaluator is this request's failure, not the worker's

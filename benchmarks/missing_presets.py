@@ -3,12 +3,13 @@ on one GPU: what a device call searches next (`search_missing` in device_calls.s
 
     python benchmarks/missing_presets.py KERNEL DTYPE GPU DB...      e.g. flash_attn_backward fp16 H100 shipped.sqlite
 
-Presets print D = 128 first, then causal ones; a database that cannot be read counts as empty.
+Presets print D = 128 first, then causal ones; a database file that does not exist (yet) counts as empty.
 """
-import sqlite3
+import pathlib
 import sys
 
 import autotune  # first: picks the interpreter without a GPU, before Triton is imported
+from autotune.db import ConfigStore
 from autotune.spec import shape_label
 
 
@@ -21,13 +22,10 @@ def main(kernel: str, dtype: str, gpu: str, *dbs: str) -> None:
     spec = autotune.get(kernel)
     have: set[str] = set()
     for path in dbs:
-        try:
-            with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as db:
-                have |= {bucket for (bucket,) in db.execute(
-                    "select bucket from best_configs where kernel=? and dtype=? and gpu=? and source_hash=?",
-                    (kernel, dtype, gpu, spec.source_hash))}
-        except sqlite3.Error:
-            pass
+        if pathlib.Path(path).is_file():
+            with ConfigStore(path, readonly=True) as store:
+                have |= {row.bucket for row in store.best_rows(kernel=kernel, gpu=gpu, dtype=dtype,
+                                                               source_hash=spec.source_hash)}
     order = sorted(spec.presets, key=lambda p: (p.get("head_dim", 0) != 128, not p.get("causal", False)))
     print(" ".join(f"--shape {label(p)}" for p in order if spec.bucket(p) not in have))
 
