@@ -100,11 +100,12 @@ def test_each_norm_ships_an_h100_row_for_every_preset_in_bf16_fp16_and_fp32(kern
     assert missing == []
 
 
-def test_flash_attn_backward_ships_an_h100_bf16_row_for_every_preset():
-    # Issue 5 and issue 7: the backward's 22 presets in bf16, each tuned on the H100 (fp16: 16 of 22 so far).
+@pytest.mark.parametrize("dtype", ["bf16", "fp16"])
+def test_flash_attn_backward_ships_an_h100_row_for_every_preset(dtype):
+    # Issue 5 and issue 7: the backward's 22 presets in bf16 and fp16, each tuned on the H100.
     spec = autotune.get("flash_attn_backward")
     with ConfigStore(db.as_url(str(db.shipped_path())), readonly=True) as store:
         shipped = {r.bucket for r in store.best_rows()
-                   if r.kernel == "flash_attn_backward" and r.gpu == "H100" and r.dtype == "bf16"}
+                   if r.kernel == "flash_attn_backward" and r.gpu == "H100" and r.dtype == dtype}
     assert len(spec.presets) == 22
     assert [spec.bucket(p) for p in spec.presets if spec.bucket(p) not in shipped] == []

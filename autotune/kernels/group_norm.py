@@ -25,10 +25,11 @@ from autotune.strategies import next_pow2
 
 @triton.jit
 def _tile_moments(d, mask, count):
-    """Mean and sum of squared deviations of the count valid elements of tile d (others hold 0)."""
-    mean = tl.sum(d) / count
-    deviation = tl.where(mask, d - mean, 0.0)
-    return mean, tl.sum(deviation * deviation)
+    """Mean and sum of squared deviations (both in STAT) of the count valid elements of tile d (others
+    hold 0): the mean's sum in STAT whatever d's dtype, the squared deviations from it in d's."""
+    mean = tl.sum(d.to(STAT)) / count
+    deviation = tl.where(mask, d - mean.to(d.dtype), 0.0)
+    return mean, tl.sum(deviation * deviation).to(STAT)
 
 
 @triton.jit
@@ -42,10 +43,12 @@ def _chan_combine(n_a, mean_a, m2_a, n_b, mean_b, m2_b):
 
 # Statistics are reduced from d = x - pivot, pivot being the group's first element: a large common
 # offset costs them no precision, and a constant group has d == 0, so its mean is exactly the constant
-# and its variance exactly 0. They are reduced in float64 (STAT) whatever the data: the saved mean is
-# float64, and for a group of zero-mean data spread by 1 float32 sums of d (of the size of the pivot)
-# left it off by a few 1e-8, ten times PyTorch's error on an H100. The normalize step computes in ACC
-# (see `accumulator`).
+# and its variance exactly 0. d and its squared deviations are computed in ACC (float32 for 16-bit data),
+# the sums that give the mean in float64 (STAT) whatever the data: the saved mean is float64, and for a
+# group of zero-mean data spread by 1, float32 sums of d left it off by a few 1e-8, ten times PyTorch's
+# error on an H100 (the gate failed it there, 2026-11-24). Squared deviations from the tile's mean are
+# centred, so float32 sums of them keep the variance to a few float32 ulps. Tiles combine in STAT. The
+# normalize step computes in ACC (see `accumulator`).
 STAT = tl.constexpr(tl.float64)
 
 
@@ -74,7 +77,7 @@ def _group_norm_single_kernel(
     pivot = tl.load(x_group).to(STAT)
     x = tl.load(x_group + c[:, None] * x_sc + s[None, :] * x_ss, mask=mask, other=0.0)
     count = tl.cast(cg * hw, STAT)
-    mean_d, m2 = _tile_moments(tl.where(mask, x.to(STAT) - pivot, 0.0), mask, count)
+    mean_d, m2 = _tile_moments(tl.where(mask, x.to(ACC) - pivot.to(ACC), 0.0), mask, count)
     mean, rstd = _finish(pivot, mean_d, m2, count, eps)
     xhat = (x.to(ACC) - mean.to(ACC)) * rstd.to(ACC)
     y = activate(affine(xhat, w_ptr, b_ptr, first_channel + c, c_mask, HAS_W, HAS_B), ACTIVATION)
@@ -88,20 +91,21 @@ def _group_norm_single_kernel(
 def _group_moments(
     x_ptr, pivot, cg, hw_start, hw_end, x_sc, x_ss, ACC: tl.constexpr, BLOCK_C: tl.constexpr, BLOCK_HW: tl.constexpr,
 ):
-    """Count, mean and sum of squared deviations of x - pivot over channels [0, cg) x positions
-    [hw_start, hw_end) from x_ptr, a tile at a time, combined with Chan's update."""
+    """Count, mean and sum of squared deviations (in STAT) of x - pivot over channels [0, cg) x positions
+    [hw_start, hw_end) from x_ptr, a tile at a time in ACC (see `_tile_moments`), combined with Chan's update."""
     c = tl.arange(0, BLOCK_C)
     s = tl.arange(0, BLOCK_HW)
-    seen = tl.cast(0.0, ACC)
-    mean = tl.cast(0.0, ACC)
-    m2 = tl.cast(0.0, ACC)
+    seen = tl.cast(0.0, STAT)
+    mean = tl.cast(0.0, STAT)
+    m2 = tl.cast(0.0, STAT)
+    shift = pivot.to(ACC)
     for c0 in range(0, cg, BLOCK_C):
         c_mask = (c0 + c) < cg
         for s0 in range(hw_start, hw_end, BLOCK_HW):
             mask = c_mask[:, None] & ((s0 + s) < hw_end)[None, :]
             x = tl.load(x_ptr + (c0 + c)[:, None] * x_sc + (s0 + s)[None, :] * x_ss, mask=mask, other=0.0).to(ACC)
-            tile_count = (tl.minimum(cg - c0, BLOCK_C) * tl.minimum(hw_end - s0, BLOCK_HW)).to(ACC)
-            tile_mean, tile_m2 = _tile_moments(tl.where(mask, x - pivot, 0.0), mask, tile_count)
+            tile_count = (tl.minimum(cg - c0, BLOCK_C) * tl.minimum(hw_end - s0, BLOCK_HW)).to(STAT)
+            tile_mean, tile_m2 = _tile_moments(tl.where(mask, x - shift, 0.0), mask, tile_count)
             seen, mean, m2 = _chan_combine(seen, mean, m2, tile_count, tile_mean, tile_m2)
     return seen, mean, m2
 
@@ -139,7 +143,7 @@ def _group_norm_looped_kernel(
     x_group = x_ptr + n.to(tl.int64) * x_sn + first_channel.to(tl.int64) * x_sc
     y_group = y_ptr + n.to(tl.int64) * y_sn + first_channel.to(tl.int64) * y_sc
     pivot = tl.load(x_group).to(STAT)
-    count, mean_d, m2 = _group_moments(x_group, pivot, cg, 0, hw, x_sc, x_ss, STAT, BLOCK_C, BLOCK_HW)
+    count, mean_d, m2 = _group_moments(x_group, pivot, cg, 0, hw, x_sc, x_ss, ACC, BLOCK_C, BLOCK_HW)
     mean, rstd = _finish(pivot, mean_d, m2, count, eps)
     _normalize_range(x_group, y_group, w_ptr, b_ptr, first_channel, cg, 0, hw, mean.to(ACC), rstd.to(ACC),
                      x_sc, x_ss, y_sc, y_ss, HAS_W, HAS_B, ACTIVATION, ACC, BLOCK_C, BLOCK_HW)
@@ -150,7 +154,7 @@ def _group_norm_looped_kernel(
 @triton.jit
 def _group_norm_split_stats_kernel(
     x_ptr, partial_ptr, groups, cg, hw, chunk, x_sn, x_sc, x_ss,
-    SPLIT: tl.constexpr, BLOCK_C: tl.constexpr, BLOCK_HW: tl.constexpr,
+    ACC: tl.constexpr, SPLIT: tl.constexpr, BLOCK_C: tl.constexpr, BLOCK_HW: tl.constexpr,
 ):
     """SPLIT programs per (sample, group), each writing the mean and squared deviations of x - pivot
     over its positions [part * chunk, (part + 1) * chunk), in STAT."""
@@ -161,7 +165,7 @@ def _group_norm_split_stats_kernel(
     pivot = tl.load(x_group).to(STAT)
     start = part * chunk
     _, mean_d, m2 = _group_moments(x_group, pivot, cg, start, tl.minimum(start + chunk, hw), x_sc, x_ss,
-                                   STAT, BLOCK_C, BLOCK_HW)
+                                   ACC, BLOCK_C, BLOCK_HW)
     tl.store(partial_ptr + (row * SPLIT + part) * 2, mean_d)
     tl.store(partial_ptr + (row * SPLIT + part) * 2 + 1, m2)
 
@@ -224,7 +228,7 @@ def _launcher(x, y, groups: int, activation: str, has_weight: bool, has_bias: bo
 
     def launch_split(x, y, weight, bias, mean, rstd, eps):
         partials = torch.empty((rows, split, 2), dtype=torch.float64, device=x.device)
-        stats_kernel(x, partials, groups, cg, hw, chunk, *strides[:3], SPLIT=split, BLOCK_C=block_c,
+        stats_kernel(x, partials, groups, cg, hw, chunk, *strides[:3], ACC=meta["ACC"], SPLIT=split, BLOCK_C=block_c,
                      BLOCK_HW=block_hw, num_warps=config["num_warps"], num_stages=config["num_stages"])
         normalize_kernel(x, y, x if weight is None else weight, x if bias is None else bias, mean, rstd, partials,
                          groups, cg, hw, chunk, eps, *strides, SPLIT=split, **meta)
