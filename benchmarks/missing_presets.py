@@ -3,7 +3,8 @@ on one GPU: what a device call searches next (`search_missing` in device_calls.s
 
     python benchmarks/missing_presets.py KERNEL DTYPE GPU DB...      e.g. flash_attn_backward fp16 H100 shipped.sqlite
 
-Presets print D = 128 first, then causal ones; a database file that does not exist (yet) counts as empty.
+Presets print D = 128 first, then causal ones; a database file that does not exist (yet) counts as empty. Each
+shape text parses back to its preset (activation, layout and residual included), so the search times the preset.
 """
 import pathlib
 import sys
@@ -13,9 +14,18 @@ from autotune.db import ConfigStore
 from autotune.spec import shape_label
 
 
-def label(problem: dict) -> str:
-    """The --shape text of a preset: shape_label, plus the layout where the kernel's parser takes one."""
-    return shape_label(problem) + (",layout=channels_last" if problem.get("layout") == "channels_last" else "")
+def label(spec, problem: dict) -> str:
+    """The --shape text that parses back to preset problem: shape_label, plus what the kernel's parser takes
+    where its defaults differ from the preset's (group_norm's groups, activation and layout; the norms' +res)."""
+    text = shape_label(problem)
+    if problem.get("residual") and not spec.parse_shape(text).get("residual"):
+        text += "+res"
+    for option in ("groups", "activation", "layout"):
+        if option in problem and spec.parse_shape(text).get(option) != problem[option]:
+            text += f",{option}={problem[option]}"
+    if spec.parse_shape(text) != problem:
+        sys.exit(f"{spec.name}: no --shape text found for preset {problem}")
+    return text
 
 
 def main(kernel: str, dtype: str, gpu: str, *dbs: str) -> None:
@@ -27,7 +37,7 @@ def main(kernel: str, dtype: str, gpu: str, *dbs: str) -> None:
                 have |= {row.bucket for row in store.best_rows(kernel=kernel, gpu=gpu, dtype=dtype,
                                                                source_hash=spec.source_hash)}
     order = sorted(spec.presets, key=lambda p: (p.get("head_dim", 0) != 128, not p.get("causal", False)))
-    print(" ".join(f"--shape {label(p)}" for p in order if spec.bucket(p) not in have))
+    print(" ".join(f"--shape {label(spec, p)}" for p in order if spec.bucket(p) not in have))
 
 
 if __name__ == "__main__":
