@@ -14,7 +14,7 @@
 #                  table: python benchmarks/search_quality.py --kernel matmul --dtype bf16 --gate timed \
 #                    --shape 256x4096x4096 --samplers gp,tpe,random --seeds 5 --replay-cap 250 --replay-only \
 #                    --table benchmarks/results/quality-table-matmul-bf16.json --out benchmarks/results/search-quality-matmul-grid-gp
-#   quality-live   TPE, GP and random live on 4096^3 and 8192x4096x14336 (resumable the same way)
+#   quality-live   TPE, GP and random live on 4096^3 and 8192x4096x14336, or LIVE_SHAPES (resumable the same way)
 #
 # Knobs: TRIALS (configs per study), STUDY_TIMEOUT (seconds per study, default 110), STAGE_SECONDS (per stage).
 # Everything lands in $OUT: the config database ($AUTOTUNE_DB, default $OUT/tuned.sqlite), logs, results.
@@ -71,8 +71,8 @@ for stage in "$@"; do
         --out "$OUT/search-quality-matmul-grid-$GPU-$stamp"
       echo "exit $? (3: incomplete, run the stage again with the returned table)" ;;
     quality-live)
-      python3 benchmarks/search_quality.py --kernel matmul --dtype bf16 --gate timed --live-shape 4096x4096x4096 \
-        --live-shape 8192x4096x14336 --samplers tpe,gp,random --seeds "${SEEDS_LIVE:-3}" --budget 40 --table "$TABLE" \
+      python3 benchmarks/search_quality.py --kernel matmul --dtype bf16 --gate timed $(for s in ${LIVE_SHAPES:-4096x4096x4096 8192x4096x14336}; do echo --live-shape "$s"; done) \
+        --samplers tpe,gp,random --seeds "${SEEDS_LIVE:-3}" --budget 40 --table "$TABLE" \
         --seconds "$STAGE_SECONDS" --out "$OUT/search-quality-matmul-live-$GPU-$stamp"
       echo "exit $? (3: incomplete, run the stage again with the returned table)" ;;
     *) echo "unknown stage $stage"; exit 2 ;;

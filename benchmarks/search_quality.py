@@ -32,6 +32,7 @@ import pathlib
 import statistics
 import sys
 import time
+from collections.abc import Callable
 
 import optuna
 import torch
@@ -154,10 +155,11 @@ class Measurer:
 
 
 def run_studies(measurer: Measurer, samplers: list[str], seeds: int, budget: int, batch: int,
-                target: float | None = None) -> dict[str, list]:
+                target: float | None = None, saved: Callable[[], None] | None = None) -> dict[str, list]:
     """For each sampler and seed, the times of the distinct valid configs its study evaluated, in order,
     until it evaluated `budget` or (where the best is known) came within `target`. All studies advance
-    together, a batch of asks each per round, so new configs compile ahead at once."""
+    together, a batch of asks each per round, so new configs compile ahead at once; `saved()`, if given,
+    is called after each round's measurements (a run killed mid-shape keeps them)."""
     spec, problem, table = measurer.spec, measurer.problem, measurer.table
     optuna.logging.set_verbosity(optuna.logging.ERROR)  # not a line per GP fallback to independent sampling
     runs = {}
@@ -176,6 +178,8 @@ def run_studies(measurer: Measurer, samplers: list[str], seeds: int, budget: int
             run["asked"] += run["batch"]
             asked.append((run, [(t, spec.space.suggest(t, problem)) for t in trials]))
         complete = measurer.measure([c for _, pairs in asked for _, c in pairs])
+        if saved:
+            saved()
         for run, pairs in asked:
             for trial, config in pairs:
                 entry = table.get(key(config))
@@ -232,7 +236,7 @@ def one_shape(args, spec, dtype, shape: str, grid_mode: bool, table: Table, pool
             runs = run_studies(measurer, args.samplers, args.seeds, min(len(valid), args.replay_cap), args.batch,
                                best_ms * WITHIN)
     elif not grid_mode:
-        runs = run_studies(measurer, args.samplers, args.seeds, args.budget, args.batch)
+        runs = run_studies(measurer, args.samplers, args.seeds, args.budget, args.batch, saved=table.save)
     best_key, best_ms = measurer.best()
     table.save()
     measured = sum(1 for c in valid if key(c) in measurer.table)
