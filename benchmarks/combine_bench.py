@@ -1,7 +1,7 @@
 """One report from several `autotune bench --out` runs of one GPU: every row, each kernel's geometric means of
 the same-run ratios (tuned against the default config, torch eager and torch.compile), and the plot.
 
-    python benchmarks/combine_bench.py A.json B.json ... --out benchmarks/results/report-H100-DATE [--plot P.png]
+    python benchmarks/combine_bench.py A.json B.json ... --out benchmarks/results/report-H100-DATE [--plot P.png] [--dtype bf16]
 
 A row is measured in one run (its ratios are never formed across runs); where two runs measured the same
 kernel, dtype, shape and bucket, the later file given wins. Runs of different GPUs, torch or Triton versions
@@ -20,8 +20,9 @@ from autotune import plot, report
 RATIOS = ("vs default", "vs torch", "vs compile")
 
 
-def merge(paths: list[str]) -> dict:
-    """The runs as one report: the last run's header, each problem's records from the last run that has it."""
+def merge(paths: list[str], dtype: str | None = None) -> dict:
+    """The runs as one report: the last run's header, each problem's records from the last run that has it
+    (only dtype's, if given)."""
     runs = [json.loads(pathlib.Path(p).read_text()) for p in paths]
     for key in ("gpu", "torch", "triton"):
         if len({run[key] for run in runs}) > 1:
@@ -30,6 +31,8 @@ def merge(paths: list[str]) -> dict:
     for run in runs:
         by_problem: dict[tuple, list[dict]] = {}
         for r in run["records"]:
+            if dtype and r["dtype"] != dtype:
+                continue
             by_problem.setdefault((r["kernel"], r["dtype"], r["shape"], r["bucket"]), []).append(r)
         records.update(by_problem)
     merged = {**runs[-1], "records": [r for rs in records.values() for r in rs],
@@ -57,9 +60,10 @@ def main() -> None:
     parser.add_argument("runs", nargs="+", help="bench JSON files, oldest first")
     parser.add_argument("--out", required=True, help="writes OUT.md and OUT.json")
     parser.add_argument("--plot", help="also draw % of peak per shape into this PNG")
+    parser.add_argument("--dtype", help="only this dtype's rows (bf16, fp16, fp32)")
     args = parser.parse_args()
 
-    merged = merge(args.runs)
+    merged = merge(args.runs, args.dtype)
     merged["summary"] = summary(merged["rows"])
     sources = "\n".join(f"- `{s['file']}` ({s['date']})" for s in merged["sources"])
     text = (report.header(merged) + f"\n\nRuns combined (a later one wins where two measured the same problem):\n{sources}\n\n"
