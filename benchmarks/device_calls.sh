@@ -13,13 +13,17 @@
 #   pack                     tar /tmp/x into $OUT/r.tgz: every log, the shipped copy, the exports
 #
 # /tmp/x and /tmp/tuned.sqlite outlive the call while the machine stays warm, so the next call's stages see them;
-# on a fresh machine /tmp/x/shipped.sqlite starts as SHIPPED_START (default: the package's shipped.sqlite).
+# on a fresh machine /tmp/x/shipped.sqlite starts as SHIPPED_START (default: the package's shipped.sqlite), and the
+# call's log says so. A call cannot know whether it gets the warm machine: give every call script SHIPPED_START.
 # GPU: the name rows are stored under (default H100).
 export AUTOTUNE_DB=${AUTOTUNE_DB:-/tmp/tuned.sqlite}
 GPU=${GPU:-H100}
 BUDGET=${BUDGET:-560}
 mkdir -p /tmp/x
-[ -f /tmp/x/shipped.sqlite ] || cp "${SHIPPED_START:-autotune/db/shipped.sqlite}" /tmp/x/shipped.sqlite
+if [ ! -f /tmp/x/shipped.sqlite ]; then  # a fresh machine: say which file the shipped copy starts from
+  cp "${SHIPPED_START:-autotune/db/shipped.sqlite}" /tmp/x/shipped.sqlite
+  echo "fresh machine: /tmp/x/shipped.sqlite starts as ${SHIPPED_START:-autotune/db/shipped.sqlite}" | tee -a /tmp/x/calls.log
+fi
 T0=$(date +%s)
 echo "call start $(date -u +%FT%TZ); $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader)" | tee -a /tmp/x/calls.log
 python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__, 'cudnn', torch.backends.cudnn.version())" \
