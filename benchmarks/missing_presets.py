@@ -11,10 +11,10 @@ import sys
 
 import autotune  # first: picks the interpreter without a GPU, before Triton is imported
 from autotune.db import ConfigStore
-from autotune.spec import shape_label
+from autotune.spec import KernelSpec, shape_label
 
 
-def label(spec, problem: dict) -> str:
+def label(spec: KernelSpec, problem: dict) -> str:
     """The --shape text that parses back to preset problem: shape_label, plus what the kernel's parser takes
     where its defaults differ from the preset's (group_norm's groups, activation and layout; the norms' +res)."""
     text = shape_label(problem)
