@@ -1,5 +1,7 @@
 import importlib
+import importlib.util
 import os
+import pathlib
 
 import pytest
 from hypothesis import settings
@@ -43,6 +45,22 @@ def user_db(tmp_path, monkeypatch):
     runtime.clear_cache()
     yield path
     runtime.clear_cache()
+
+
+@pytest.fixture(scope="session")
+def benchmark_script():
+    """Loads benchmarks/NAME.py as a module (the scripts are not a package), once per session."""
+    loaded = {}
+
+    def load(name: str):
+        if name not in loaded:
+            path = pathlib.Path(__file__).resolve().parents[1] / "benchmarks" / f"{name}.py"
+            spec = importlib.util.spec_from_file_location(name, path)
+            loaded[name] = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(loaded[name])
+        return loaded[name]
+
+    return load
 
 
 @pytest.fixture

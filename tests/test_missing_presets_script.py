@@ -1,33 +1,21 @@
 """benchmarks/missing_presets.py (what a device call's `search_missing` searches): each preset's --shape text
 parses back to that preset, so the search times the preset itself, activation and residual included."""
 
-import importlib.util
-import pathlib
-
 import pytest
 
 import autotune
 from autotune import registry
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
-
-
-def _script():
-    spec = importlib.util.spec_from_file_location("missing_presets", ROOT / "benchmarks" / "missing_presets.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
 
 @pytest.mark.parametrize("kernel", registry.names())
-def test_every_preset_label_parses_back_to_the_preset(kernel):
-    spec, label = autotune.get(kernel), _script().label
+def test_every_preset_label_parses_back_to_the_preset(kernel, benchmark_script):
+    spec, label = autotune.get(kernel), benchmark_script("missing_presets").label
     for preset in spec.presets:
         assert spec.parse_shape(label(spec, preset)) == preset
 
 
-def test_group_norm_and_norm_presets_keep_their_activation_and_residual():
-    label = _script().label
+def test_group_norm_and_norm_presets_keep_their_activation_and_residual(benchmark_script):
+    label = benchmark_script("missing_presets").label
     group_norm, layer_norm = autotune.get("group_norm"), autotune.get("layer_norm")
     assert label(group_norm, group_norm.presets[2]) == "8x512x64x64,activation=silu,layout=channels_last"
     assert label(layer_norm, layer_norm.presets[0]) == "8192x4096+res"

@@ -1,25 +1,13 @@
 """benchmarks/search_quality.py's live studies save the table after every round of measurements, so a device
 call cut short mid-shape keeps what it measured and the next call goes on from there."""
 
-import importlib.util
-import pathlib
-
 import torch
 
 import autotune
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
 
-
-def _script():
-    spec = importlib.util.spec_from_file_location("search_quality", ROOT / "benchmarks" / "search_quality.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-def test_live_studies_hand_the_table_to_saved_after_every_round():
-    script, spec = _script(), autotune.get("vector_add")
+def test_live_studies_hand_the_table_to_saved_after_every_round(benchmark_script):
+    script, spec = benchmark_script("search_quality"), autotune.get("vector_add")
     table: dict = {}
     measurer = script.Measurer(spec, spec.parse_shape("3000"), torch.float32, "timed", 4, None, table, deadline=None)
     saved_sizes: list[int] = []
