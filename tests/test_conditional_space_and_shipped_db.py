@@ -109,3 +109,12 @@ def test_flash_attn_backward_ships_an_h100_row_for_every_preset(dtype):
                    if r.kernel == "flash_attn_backward" and r.gpu == "H100" and r.dtype == dtype}
     assert len(spec.presets) == 22
     assert [spec.bucket(p) for p in spec.presets if spec.bucket(p) not in shipped] == []
+
+
+@pytest.mark.parametrize("kernel", ["matmul", "linear", "mlp"])
+def test_the_matmul_family_ships_an_h100_bf16_row_for_every_preset(kernel):
+    # Issue 4 and issue 7: each preset's bucket tuned on the H100 in bf16, the dtype of the goals.
+    spec = autotune.get(kernel)
+    with ConfigStore(db.as_url(str(db.shipped_path())), readonly=True) as store:
+        shipped = {r.bucket for r in store.best_rows() if r.kernel == kernel and r.gpu == "H100" and r.dtype == "bf16"}
+    assert [spec.bucket(p) for p in spec.presets if spec.bucket(p) not in shipped] == []
