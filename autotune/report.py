@@ -125,7 +125,8 @@ def environment() -> dict:
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "interpreter": info.is_interpreter,
         "timing": ("wall-clock medians under the Triton interpreter on the CPU: not GPU timings" if info.is_interpreter
-                   else "medians of triton.testing.do_bench (L2 cleared before each call)"),
+                   else "medians of triton.testing.do_bench (L2 cleared before each call), each implementation "
+                         "timed in two rounds, in order then in reverse, and the two medians averaged"),
     }
 
 
@@ -178,30 +179,51 @@ def _measure_case(case: Case, impls: Sequence[str], compiled: Callable | None, g
     for impl in impls:
         if impl == "vendor" and spec.vendor is None:
             continue
-        record = {
+        records.append({
             "kernel": spec.name, "problem": problem, "shape": shape_label(problem), "bucket": bucket, "bound": spec.bound,
             "dtype": DTYPE_NAMES[dtype], "impl": impl, "flops": cost.flops, "bytes": cost.bytes,
             "config": default if impl == "default" else choice.config if impl.startswith("tuned") else None,
             "config_source": choice.source if impl.startswith("tuned") else None,
             "tuned_for": choice.bucket if impl.startswith("tuned") else None,
-        }
-        records.append(record)
-        try:
-            ms, graphed = _time(calls[impl], graphs)
-        except Exception as exc:  # one implementation that cannot run this case does not end the report
-            record.update(median_ms=None, graph_ms=None, error=f"{type(exc).__name__}: {str(exc).strip()[:300]}")
+        })
+    timings = time_balanced({r["impl"]: calls[r["impl"]] for r in records}, graphs)
+    for record in records:
+        timing = timings[record["impl"]]
+        if isinstance(timing, Exception):  # one implementation that cannot run this case does not end the report
+            record.update(median_ms=None, graph_ms=None, error=f"{type(timing).__name__}: {str(timing).strip()[:300]}")
             continue
+        ms, graphed = timing
         rate = bench.rate(cost, ms, bound=spec.bound, dtype_name=DTYPE_NAMES[dtype])
         record.update(median_ms=ms, graph_ms=graphed, gbs=rate.gbs, tflops=rate.tflops, pct_peak=rate.pct_peak)
     return records
 
 
-def _time(fn: Callable[[], object], graphs: bool) -> tuple[float, float | None]:
-    fn()  # compile (Triton or Inductor) before timing starts
+ROUND_REP_MS = 150
+"""do_bench's repetition time in each of the two rounds of `time_balanced`."""
+
+
+def time_balanced(calls: dict[str, Callable[[], object]], graphs: bool) -> dict[str, tuple[float, float | None] | Exception]:
+    """Each call's time in ms (and replayed from a CUDA graph, with `graphs`), or the exception its first call
+    raised. Every call runs once first (compiling Triton or Inductor), then all are timed in the given order
+    and again in reverse, and each time is the mean of its two medians: a GPU that heats and clocks down over
+    seconds of large products would otherwise favour whichever was timed first (on the H100 torch's linear +
+    gelu_tanh ran at 675 TFLOP/s timed first in a process and 603-618 timed after the tuned kernel)."""
+    results: dict[str, tuple[float, float | None] | Exception] = {}
+    for name, fn in calls.items():
+        try:
+            fn()
+        except Exception as exc:
+            results[name] = exc
     if gpu.device().type == "cuda":
         torch.cuda.synchronize()
-    ms = bench.time_ms(fn, warmup_ms=50, rep_ms=300)
-    return ms, bench.graph_ms(fn) if graphs else None
+    order = [name for name in calls if name not in results]
+    rounds: dict[str, list[float]] = {name: [] for name in order}
+    for names in (order, order[::-1]):
+        for name in names:
+            rounds[name].append(bench.time_ms(calls[name], warmup_ms=25, rep_ms=ROUND_REP_MS))
+    for name in order:
+        results[name] = (sum(rounds[name]) / len(rounds[name]), bench.graph_ms(calls[name]) if graphs else None)
+    return results
 
 
 def require_nonzero(spec: KernelSpec, inputs: dict) -> None:

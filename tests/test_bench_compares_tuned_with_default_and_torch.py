@@ -178,3 +178,22 @@ def test_graphs_add_each_calls_gpu_time_without_the_host_and_its_ratios(user_db)
     assert 0 < row["tuned graph ms"] and 0 < row["default graph ms"]
     assert row["vs default (graph)"] == pytest.approx(row["default graph ms"] / row["tuned graph ms"])
     assert row["vs default"] == pytest.approx(row["default ms"] / row["tuned ms"])
+
+
+def test_implementations_are_timed_in_order_then_in_reverse_so_none_is_always_first():
+    # A GPU that clocks down over seconds of large products favours whichever is timed first.
+    calls = []
+
+    def implementation(name):
+        return lambda: calls.append(name)
+
+    def broken():
+        raise RuntimeError("cannot run this case")
+
+    timings = report.time_balanced({"tuned": implementation("tuned"), "default": implementation("default"),
+                                    "vendor": broken, "torch": implementation("torch")}, graphs=False)
+    assert isinstance(timings["vendor"], RuntimeError)
+    assert all(timings[name][0] > 0 and timings[name][1] is None for name in ("tuned", "default", "torch"))
+    runs = [name for i, name in enumerate(calls) if i == 0 or calls[i - 1] != name]  # each run of one implementation's calls
+    # Once each (compiling), a round in order, a round in reverse (torch's two rounds meet in the middle).
+    assert runs == ["tuned", "default", "torch"] + ["tuned", "default", "torch"] + ["default", "tuned"]
