@@ -77,15 +77,22 @@ class CompilePool:
         class is its own Triton specialization); returns how many built, once all are done (or timed out).
         Fewer configs than workers split their problems across the idle ones (a row's re-verification, a
         search's final check: one config, hundreds of problems)."""
+        return self.compile_each(spec, dtype, [(config, problems) for config in configs])
+
+    def compile_each(self, spec: KernelSpec, dtype: torch.dtype, work: Sequence[tuple[Config, Sequence[Problem]]]) -> int:
+        """`compile` with each config's own problems (the gate draws other problems for a config whose
+        constraints reject some of the default's)."""
         name = importable_name(spec)
         if name is None:
             raise ValueError(f"kernel {spec.name!r} cannot be imported by a worker process: define it in a module")
-        configs, problems = list(configs), list(problems)
-        pieces = max(1, min(len(problems), -(-self.workers // max(1, len(configs)))))
-        chunks = [json.dumps(problems[i::pieces], sort_keys=True) for i in range(pieces)]
+        futures = []
         try:
-            futures = [[self._pool.submit(_compile, name, chunk, DTYPE_NAMES[dtype], json.dumps(c, sort_keys=True))
-                        for chunk in chunks] for c in configs]
+            for config, problems in work:
+                problems = list(problems)
+                pieces = max(1, min(len(problems), -(-self.workers // max(1, len(work)))))
+                chunks = [json.dumps(problems[i::pieces], sort_keys=True) for i in range(pieces)]
+                futures.append([self._pool.submit(_compile, name, chunk, DTYPE_NAMES[dtype], json.dumps(config, sort_keys=True))
+                                for chunk in chunks])
         except BrokenProcessPool:  # a worker died as the pool started: nothing built this time
             self._restart()
             return 0

@@ -175,6 +175,15 @@ class Evaluator:
                                                     seed=self.seed, max_numel=self.max_numel) if p not in self.edges]
         return [self.problem, *self.edges, *self._drawn]
 
+    def problems_for(self, config: Config) -> list[Problem]:
+        """Problems checking `config` launches it on: the timed one, its bucket's edges, and the Hypothesis
+        draws `verify` makes for it. A config whose constraints reject some draws gets others than the
+        default's (matmul steers the draws of large tiles to the sizes they run on), each a Triton
+        specialization to compile."""
+        drawn = draw_problems(self.spec, config, self.dtype, examples=self.examples, seed=self.seed,
+                              max_numel=self.max_numel)
+        return [self.problem, *self.edges, *(p for p in drawn if p not in self.edges)]
+
     def is_new(self, config: Config) -> bool:
         """Not evaluated yet, and allowed by the constraints: a config worth compiling."""
         return json.dumps(config, sort_keys=True) not in self.cache and not self.spec.space.rejects(config, self.problem)
@@ -426,7 +435,8 @@ def _optimize_in_batches(
         started = time.perf_counter()
         fresh = [c for c in configs.values() if evaluator.is_new(c)]
         if fresh:
-            evaluator.compiled_ahead += pool.compile(evaluator.spec, evaluator.problems_run, evaluator.dtype, fresh)
+            work = [(config, evaluator.problems_for(config)) for config in fresh]
+            evaluator.compiled_ahead += pool.compile_each(evaluator.spec, evaluator.dtype, work)
         evaluator.seconds["compile_ahead"] = evaluator.seconds.get("compile_ahead", 0.0) + time.perf_counter() - started
         for trial in trials:
             try:

@@ -176,3 +176,26 @@ def test_the_gate_s_draws_are_known_before_the_first_trial_so_the_first_batch_co
     gate = verify(TAIL_BUG_ADD, vector_add.SPACE.default, torch.float32, examples=6, seed=1, max_numel=1 << 14,
                   extra_problems=evaluator.edges)  # the check the evaluator runs on a trial's config
     assert gate.passed and [p for p in gate.problems if p not in evaluator.edges] == drawn
+
+
+EVEN_SIZES_FOR_LARGE_BLOCKS = dataclasses.replace(
+    vector_add.SPEC, name="even_sizes_add", _hash=[],
+    space=dataclasses.replace(vector_add.SPACE, constraints=(
+        *vector_add.SPACE.constraints,
+        lambda c, p: "odd size" if c["BLOCK_SIZE"] >= 4096 and p["shape"][0] % 2 else None)),
+)
+
+
+def test_each_config_compiles_ahead_the_problems_its_own_gate_draws():
+    # A config whose constraints reject some draws is checked on others than the default's; compiling the
+    # default's ahead left its own (matmul's large tiles: some 20 specializations, 25 s a trial on an H100)
+    # to compile one after another in the measuring process.
+    evaluator = Evaluator(EVEN_SIZES_FOR_LARGE_BLOCKS, PROBLEM, torch.float32, examples=6, seed=1, max_numel=1 << 14)
+    large = {"BLOCK_SIZE": 4096, "num_warps": 4, "num_stages": 2}
+    drawn = evaluator.problems_for(large)[1 + len(evaluator.edges):]
+    gate = verify(EVEN_SIZES_FOR_LARGE_BLOCKS, large, torch.float32, examples=6, seed=1, max_numel=1 << 14,
+                  extra_problems=evaluator.edges)  # the check the evaluator runs on a trial's config
+    assert gate.passed and drawn == [p for p in gate.problems if p not in evaluator.edges]
+    assert len(drawn) == 6 and all(p["shape"][0] % 2 == 0 for p in drawn)
+    assert any(p["shape"][0] % 2 for p in evaluator.problems_run[1 + len(evaluator.edges):])  # the default's differ
+    assert evaluator.problems_for(vector_add.SPACE.default) == evaluator.problems_run
