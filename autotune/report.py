@@ -203,8 +203,8 @@ ROUND_REP_MS = 150
 
 
 def time_balanced(calls: dict[str, Callable[[], object]], graphs: bool) -> dict[str, tuple[float, float | None] | Exception]:
-    """Each call's time in ms (and replayed from a CUDA graph, with `graphs`), or the exception its first call
-    raised. Every call runs once first (compiling Triton or Inductor), then all are timed in the given order
+    """Each call's time in ms (and replayed from a CUDA graph, with `graphs`), or the exception it raised.
+    Every call runs once first (compiling Triton or Inductor), then all are timed in the given order
     and again in reverse, and each time is the mean of its two medians: a GPU that heats and clocks down over
     seconds of large products would otherwise favour whichever was timed first (on the H100 torch's linear +
     gelu_tanh ran at 675 TFLOP/s timed first in a process and 603-618 timed after the tuned kernel)."""
@@ -220,9 +220,20 @@ def time_balanced(calls: dict[str, Callable[[], object]], graphs: bool) -> dict[
     rounds: dict[str, list[float]] = {name: [] for name in order}
     for names in (order, order[::-1]):
         for name in names:
-            rounds[name].append(bench.time_ms(calls[name], warmup_ms=25, rep_ms=ROUND_REP_MS))
+            if name in results:
+                continue
+            try:
+                rounds[name].append(bench.time_ms(calls[name], warmup_ms=25, rep_ms=ROUND_REP_MS))
+            except Exception as exc:
+                results[name] = exc
     for name in order:
-        results[name] = (sum(rounds[name]) / len(rounds[name]), bench.graph_ms(calls[name]) if graphs else None)
+        if name not in results:
+            try:
+                graphed = bench.graph_ms(calls[name]) if graphs else None
+            except Exception as exc:
+                results[name] = exc
+                continue
+            results[name] = (sum(rounds[name]) / len(rounds[name]), graphed)
     return results
 
 

@@ -190,9 +190,12 @@ def test_implementations_are_timed_in_order_then_in_reverse_so_none_is_always_fi
     def broken():
         raise RuntimeError("cannot run this case")
 
+    runs_once = iter([None])  # its first call works, its timing does not
+
     timings = report.time_balanced({"tuned": implementation("tuned"), "default": implementation("default"),
-                                    "vendor": broken, "torch": implementation("torch")}, graphs=False)
-    assert isinstance(timings["vendor"], RuntimeError)
+                                    "vendor": broken, "compile": lambda: next(runs_once),
+                                    "torch": implementation("torch")}, graphs=False)
+    assert isinstance(timings["vendor"], RuntimeError) and isinstance(timings["compile"], StopIteration)
     assert all(timings[name][0] > 0 and timings[name][1] is None for name in ("tuned", "default", "torch"))
     runs = [name for i, name in enumerate(calls) if i == 0 or calls[i - 1] != name]  # each run of one implementation's calls
     # Once each (compiling), a round in order, a round in reverse (torch's two rounds meet in the middle).
