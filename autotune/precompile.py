@@ -77,6 +77,7 @@ class CompilePool:
         class is its own Triton specialization); returns how many built, once all are done (or timed out).
         Fewer configs than workers split their problems across the idle ones (a row's re-verification, a
         search's final check: one config, hundreds of problems)."""
+        problems = list(problems)
         return self.compile_each(spec, dtype, [(config, problems) for config in configs])
 
     def compile_each(self, spec: KernelSpec, dtype: torch.dtype, work: Sequence[tuple[Config, Sequence[Problem]]]) -> int:
