@@ -79,8 +79,8 @@ def _attention_kernel(loop: str):
 
 
 def _bench(fn) -> float:
-    import triton
-    return triton.testing.do_bench(fn, warmup=25, rep=150, return_mode="median")
+    from autotune import bench
+    return bench.time_ms(fn, warmup_ms=25, rep_ms=150)
 
 
 def run_gemm(loop: str, index: int) -> list[str]:
