@@ -118,3 +118,14 @@ def test_the_matmul_family_ships_an_h100_bf16_row_for_every_preset(kernel):
     with ConfigStore(db.as_url(str(db.shipped_path())), readonly=True) as store:
         shipped = {r.bucket for r in store.best_rows() if r.kernel == kernel and r.gpu == "H100" and r.dtype == "bf16"}
     assert [spec.bucket(p) for p in spec.presets if spec.bucket(p) not in shipped] == []
+
+
+@pytest.mark.parametrize("kernel", ["vector_add", "softmax", "layer_norm", "rms_norm", "group_norm",
+                                    "layer_norm_backward", "rms_norm_backward", "group_norm_backward"])
+def test_the_memory_bound_kernels_ship_an_h200_bf16_row_for_every_preset_measured_on_an_h200(kernel):
+    # Issue 7: the H200 as far as device time allowed; each row searched and db-verified on that GPU.
+    spec = autotune.get(kernel)
+    with ConfigStore(db.as_url(str(db.shipped_path())), readonly=True) as store:
+        rows = [r for r in store.best_rows() if r.kernel == kernel and r.gpu == "H200" and r.dtype == "bf16"]
+    assert [spec.bucket(p) for p in spec.presets if spec.bucket(p) not in {r.bucket for r in rows}] == []
+    assert {r.device_name for r in rows} == {"NVIDIA H200"}
