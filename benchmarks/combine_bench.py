@@ -21,8 +21,8 @@ RATIOS = ("vs default", "vs torch", "vs compile")
 
 
 def merge(paths: list[str], dtype: str | None = None) -> dict:
-    """The runs as one report: the last run's header, each problem's records from the last run that has it
-    (only dtype's, if given)."""
+    """The runs as one report: the last run's header (its timing method only where every run used it), each
+    problem's records from the last run that has it (only dtype's, if given)."""
     runs = [json.loads(pathlib.Path(p).read_text()) for p in paths]
     for key in ("gpu", "torch", "triton"):
         if len({run[key] for run in runs}) > 1:
@@ -35,9 +35,12 @@ def merge(paths: list[str], dtype: str | None = None) -> dict:
                 continue
             by_problem.setdefault((r["kernel"], r["dtype"], r["shape"], r["bucket"]), []).append(r)
         records.update(by_problem)
+    timings = {run.get("timing", "unrecorded") for run in runs}
     merged = {**runs[-1], "records": [r for rs in records.values() for r in rs],
               "skipped": [s for run in runs for s in run.get("skipped", [])],
-              "sources": [{"file": pathlib.Path(p).name, "date": run["date"]} for p, run in zip(paths, runs)]}
+              "timing": timings.pop() if len(timings) == 1 else "each run's own, given under \"Runs combined\"",
+              "sources": [{"file": pathlib.Path(p).name, "date": run["date"], "timing": run.get("timing", "unrecorded")}
+                          for p, run in zip(paths, runs)]}
     merged["rows"] = report.rows(merged)
     return merged
 
@@ -59,13 +62,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("runs", nargs="+", help="bench JSON files, oldest first")
     parser.add_argument("--out", required=True, help="writes OUT.md and OUT.json")
-    parser.add_argument("--plot", help="also draw % of peak per shape into this PNG")
+    parser.add_argument("--plot", help="also draw %% of peak per shape into this PNG")
     parser.add_argument("--dtype", help="only this dtype's rows (bf16, fp16, fp32)")
     args = parser.parse_args()
 
     merged = merge(args.runs, args.dtype)
     merged["summary"] = summary(merged["rows"])
-    sources = "\n".join(f"- `{s['file']}` ({s['date']})" for s in merged["sources"])
+    one_timing = len({s["timing"] for s in merged["sources"]}) == 1
+    sources = "\n".join(f"- `{s['file']}` ({s['date']}{'' if one_timing else '; ' + s['timing']})" for s in merged["sources"])
     text = (report.header(merged) + f"\n\nRuns combined (a later one wins where two measured the same problem):\n{sources}\n\n"
             + "Geometric means of the same-run ratios (above 1: tuned is faster):\n\n" + report.tabulated(merged["summary"])
             + "\n" + report.tabulated(merged["rows"]) + report.notes(merged))
