@@ -120,12 +120,14 @@ def test_the_matmul_family_ships_an_h100_bf16_row_for_every_preset(kernel):
     assert [spec.bucket(p) for p in spec.presets if spec.bucket(p) not in shipped] == []
 
 
-@pytest.mark.parametrize("kernel", ["vector_add", "softmax", "layer_norm", "rms_norm", "group_norm",
-                                    "layer_norm_backward", "rms_norm_backward", "group_norm_backward"])
-def test_the_memory_bound_kernels_ship_an_h200_bf16_row_for_every_preset_measured_on_an_h200(kernel):
+@pytest.mark.parametrize("kernel, dtype", [
+    *[(k, "bf16") for k in ("vector_add", "softmax", "layer_norm", "rms_norm", "group_norm",
+                            "layer_norm_backward", "rms_norm_backward", "group_norm_backward")],
+    *[(k, "fp16") for k in ("vector_add", "softmax", "layer_norm", "rms_norm")]])
+def test_the_memory_bound_kernels_ship_an_h200_row_for_every_preset_measured_on_an_h200(kernel, dtype):
     # Issue 7: the H200 as far as device time allowed; each row searched and db-verified on that GPU.
     spec = autotune.get(kernel)
     with ConfigStore(db.as_url(str(db.shipped_path())), readonly=True) as store:
-        rows = [r for r in store.best_rows() if r.kernel == kernel and r.gpu == "H200" and r.dtype == "bf16"]
+        rows = [r for r in store.best_rows() if r.kernel == kernel and r.gpu == "H200" and r.dtype == dtype]
     assert [spec.bucket(p) for p in spec.presets if spec.bucket(p) not in {r.bucket for r in rows}] == []
     assert {r.device_name for r in rows} == {"NVIDIA H200"}
