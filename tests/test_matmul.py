@@ -13,7 +13,7 @@ import torch
 from autotune import gpu, runtime
 from autotune.kernels import _gemm, matmul
 from autotune.kernels._matmul_problems import parse_matmul
-from autotune.kernels.matmul import MATMUL
+from autotune.kernels.matmul import MATMUL, apply_activation, linear
 from autotune.search_spaces.matmul import SPACE
 from autotune.verify import check_problem, verify
 from stored_rows import store_best
@@ -145,6 +145,26 @@ def test_descriptors_read_aligned_operands_in_either_orientation_and_refuse_the_
     for refused in (torch.randn(1, 48, 80)[:, :, ::2], torch.randn(1, 48, 41, dtype=torch.float16),
                     torch.randn(1, 48, 41)[:, :, 1:], torch.randn(1, 0, 40)):
         assert _gemm.descriptor(refused, 32, 16) is None
+
+
+def test_float32_reads_a_b_stored_along_k_from_a_row_major_copy_from_512_rows_on():
+    many = _gemm.FMA_ROW_MAJOR_MIN_M
+    w_t = torch.randn(1, 40, 24).transpose(1, 2)  # linear's w.T: (K, N), unit stride down the columns
+    copied = _gemm.row_major_for_fma(w_t, many)
+    assert copied.is_contiguous() and torch.equal(copied, w_t)
+    broadcast = torch.randn(40, 24).t().expand(3, 24, 40)
+    once = _gemm.row_major_for_fma(broadcast, many)
+    assert once.stride(0) == 0 and once[0].is_contiguous() and torch.equal(once, broadcast)
+    row_major = torch.randn(1, 24, 40)
+    for kept, m in [(w_t, many - 1), (w_t.half(), many), (row_major, many)]:
+        assert _gemm.row_major_for_fma(kept, m) is kept  # few rows, a half type, already row-major
+
+
+def test_linear_in_float32_with_the_row_major_copy_matches_float64():
+    x, w, bias = torch.randn(_gemm.FMA_ROW_MAJOR_MIN_M, 24), torch.randn(40, 24), torch.randn(40)
+    y = linear(x, w, bias, activation="gelu_tanh")
+    want = apply_activation(torch.nn.functional.linear(x.double(), w.double(), bias.double()), "gelu_tanh")
+    torch.testing.assert_close(y.double(), want, rtol=1e-5, atol=1e-5)
 
 
 def test_public_calls_launch_the_stored_config_of_their_bucket(user_db):

@@ -27,6 +27,11 @@ INTERPRETER_SMS = 2
 SUM_BLOCK = 64
 """Output tile of the split-K sum: it only streams the partials."""
 _DESCRIPTOR_ALIGNMENT = 16
+FMA_ROW_MAJOR_MIN_M = 512
+"""In IEEE float32 (products on the FMA units) a b operand stored along K (unit stride down its columns, as
+linear's w.T) runs 2-3x slower than a row-major one (benchmarks/results/fp32-layout-probe-H100-2026-11-24.md).
+From this many rows of a on, `gemm` multiplies a row-major copy of b instead: the copy reads and writes b once,
+about 2% of an 8192-row product's time, less than 25% of the product at 512 rows."""
 
 
 @triton.jit
@@ -262,6 +267,16 @@ def descriptor(t: torch.Tensor, block_rows: int, block_cols: int):
     return TensorDescriptor(view, list(view.shape), list(view.stride()), ([1] if batched else []) + blocks), transposed, batched
 
 
+def row_major_for_fma(b: torch.Tensor, m: int) -> torch.Tensor:
+    """b (B, K, N), or a row-major copy of it where IEEE float32 products read that faster: float32, at least
+    FMA_ROW_MAJOR_MIN_M rows of a, b stored along K. A broadcast batch (stride 0) is copied once."""
+    if precision(b.dtype) != "ieee" or m < FMA_ROW_MAJOR_MIN_M or b.stride(1) != 1 or b.stride(2) == 1:
+        return b
+    if b.shape[0] > 1 and b.stride(0) == 0:
+        return b[:1].contiguous().expand(b.shape)
+    return b.contiguous()
+
+
 def gemm(a: torch.Tensor, b: torch.Tensor, y: torch.Tensor, config: dict, *, bias: torch.Tensor | None = None,
          z: torch.Tensor | None = None, activation: str = "none") -> None:
     """y = activation(a @ b + bias) with one config, for a (B, M, K), b (B, K, N), y (B, M, N) of one dtype,
@@ -272,6 +287,7 @@ def gemm(a: torch.Tensor, b: torch.Tensor, y: torch.Tensor, config: dict, *, bia
     n = b.shape[2]
     if y.numel() == 0:
         return
+    b = row_major_for_fma(b, m)
     block_m, block_n, block_k, split = config["BLOCK_M"], config["BLOCK_N"], config["BLOCK_K"], config["SPLIT_K"]
     variant = config["variant"]
     persistent = variant.endswith("persistent")
