@@ -3,7 +3,7 @@ on one GPU: what a device call searches next (`search_missing` in device_calls.s
 
     python benchmarks/missing_presets.py KERNEL DTYPE GPU DB...      e.g. flash_attn_backward fp16 H100 shipped.sqlite
 
-Presets print D = 128 first, then causal ones; a database file that does not exist (yet) counts as empty. Each
+Presets print D = 128 first, then causal ones, one per bucket; a database file that does not exist (yet) counts as empty. Each
 shape text parses back to its preset (activation, layout and residual included), so the search times the preset.
 """
 import pathlib
@@ -37,7 +37,12 @@ def main(kernel: str, dtype: str, gpu: str, *dbs: str) -> None:
                 have |= {row.bucket for row in store.best_rows(kernel=kernel, gpu=gpu, dtype=dtype,
                                                                source_hash=spec.source_hash)}
     order = sorted(spec.presets, key=lambda p: (p.get("head_dim", 0) != 128, not p.get("causal", False)))
-    print(" ".join(f"--shape {label(spec, p)}" for p in order if spec.bucket(p) not in have))
+    shapes = []
+    for problem in order:  # the first preset of each bucket: a second would search the same bucket again
+        if spec.bucket(problem) not in have:
+            have.add(spec.bucket(problem))
+            shapes.append(f"--shape {label(spec, problem)}")
+    print(" ".join(shapes))
 
 
 if __name__ == "__main__":
