@@ -1,6 +1,5 @@
 """benchmarks/combine_bench.py joins `autotune bench` runs into one report without forming a ratio across runs."""
 
-import importlib.util
 import json
 import pathlib
 
@@ -10,15 +9,8 @@ TUNED_FIRST = str(RESULTS / "bench-matmul-H100-2026-11-24.json")  # before `repo
 BALANCED = str(RESULTS / "bench-matmul-H100-2026-11-24c.json")  # the same six problems, order-balanced
 
 
-def _combine_bench():
-    spec = importlib.util.spec_from_file_location("combine_bench", ROOT / "benchmarks" / "combine_bench.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-def test_the_later_run_wins_and_runs_timed_differently_each_keep_their_method():
-    combine = _combine_bench()
+def test_the_later_run_wins_and_runs_timed_differently_each_keep_their_method(benchmark_script):
+    combine = benchmark_script("combine_bench")
     merged = combine.merge([TUNED_FIRST, BALANCED])
     assert merged["records"] == json.loads(pathlib.Path(BALANCED).read_text())["records"]
     assert "Runs combined" in merged["timing"]
