@@ -85,19 +85,28 @@ def store_tile(acc, rows, cols, M, N, y_ptr, z_ptr, bias_ptr, s_ym, s_yn,
     tl.store(y_ptr + offs, activate(acc, ACTIVATION).to(y_ptr.dtype.element_ty), mask=mask)
 
 
-# Measured on the H100 (2026-11-23): Triton 3.6 folds `acc + dot(a, b)` back into `dot(a, b, acc)`, so this
-# split leaves the float32 error where it was (the tiled float32 default still fails the gate at M=33,
-# K=22635, N=1: error 1.5e-5 against a budget of 8.8e-6, the same with and without it). It stays because
-# the tuned rows' source hash includes it; a real fix (a second, loop-carried accumulator per run of
-# blocks) changes the source and needs a re-tune.
 @triton.jit
-def accumulate(acc, a, b, PRECISION: tl.constexpr):
-    """acc + a @ b. In IEEE float32 (the FMA units) each block's products are summed apart first, so a long K
-    adds K / BLOCK_K partial sums in one chain rather than K products (cuBLAS's float32 error, not K times eps)."""
+def accumulate(acc, part, a, b, block, BLOCK_K: tl.constexpr, PRECISION: tl.constexpr):
+    """(acc, part) after the products of a @ b, the block-th block of K. Half types chain every product into
+    acc on the tensor cores (part stays unused). IEEE float32 products run on the FMA units, where one chain
+    of K products ran past the gate's error budget (K = 18503 and 22635 on the H100): they chain into part,
+    which is added into acc after every 256 products, so a long K adds K / 256 partial sums in one chain.
+    (`acc += tl.dot(a, b)` does not do it: Triton folds the add back into the product.)"""
     if PRECISION == "ieee":
-        acc += tl.dot(a, b, input_precision=PRECISION)
+        part = tl.dot(a, b, part, input_precision=PRECISION)
+        if ((block + 1) * BLOCK_K) % 256 == 0:
+            acc += part
+            part = tl.zeros_like(part)
     else:
         acc = tl.dot(a, b, acc, input_precision=PRECISION)
+    return acc, part
+
+
+@triton.jit
+def partial_sums(acc, part, PRECISION: tl.constexpr):
+    """The product from accumulate's two sums."""
+    if PRECISION == "ieee":
+        acc += part
     return acc
 
 
@@ -119,6 +128,7 @@ def dot_pointers(a_ptr, b_ptr, row, col, M, N, K, k_lo, k_hi, s_am, s_ak, s_bk, 
     a_step = tl.full((BLOCK_K,), BLOCK_K, tl.int64)[None, :] * s_ak
     b_step = tl.full((BLOCK_K,), BLOCK_K, tl.int64)[:, None] * s_bk
     acc = tl.zeros((BLOCK_M, BLOCK_N), tl.float32)
+    part = tl.zeros((BLOCK_M, BLOCK_N), tl.float32)
     for k in range(k_lo, k_hi, BLOCK_K):
         if EVEN_K:
             a = tl.load(a_ptrs, mask=row_ok[:, None], other=0.0)
@@ -126,10 +136,10 @@ def dot_pointers(a_ptr, b_ptr, row, col, M, N, K, k_lo, k_hi, s_am, s_ak, s_bk, 
         else:
             a = tl.load(a_ptrs, mask=row_ok[:, None] & (ks[None, :] < K - k), other=0.0)
             b = tl.load(b_ptrs, mask=(ks[:, None] < K - k) & col_ok[None, :], other=0.0)
-        acc = accumulate(acc, a, b, PRECISION)
+        acc, part = accumulate(acc, part, a, b, (k - k_lo) // BLOCK_K, BLOCK_K, PRECISION)
         a_ptrs += a_step
         b_ptrs += b_step
-    return acc
+    return partial_sums(acc, part, PRECISION)
 
 
 @triton.jit
@@ -159,11 +169,12 @@ def _dot_descriptors(a_desc, b_desc, batch, row, col, k_lo, k_hi,
     """dot_pointers' product, the blocks read by the TMA unit; past K they read 0, so a split's last block
     needs no mask (every split but the last ends on a block boundary inside K)."""
     acc = tl.zeros((BLOCK_M, BLOCK_N), tl.float32)
+    part = tl.zeros((BLOCK_M, BLOCK_N), tl.float32)
     for k in range(k_lo, k_hi, BLOCK_K):
         a = descriptor_block(a_desc, batch, row, k, BLOCK_M, BLOCK_K, A_T, A_BATCHED)
         b = descriptor_block(b_desc, batch, k, col, BLOCK_K, BLOCK_N, B_T, B_BATCHED)
-        acc = accumulate(acc, a, b, PRECISION)
-    return acc
+        acc, part = accumulate(acc, part, a, b, (k - k_lo) // BLOCK_K, BLOCK_K, PRECISION)
+    return partial_sums(acc, part, PRECISION)
 
 
 @triton.jit
@@ -232,7 +243,7 @@ def _split_k_sum_kernel(ws_ptr, y_ptr, z_ptr, bias_ptr, M, N, BATCH, s_yb, s_ym,
     store_tile(acc, rows, cols, M, N, y_ptr + y_off, z_ptr + y_off, bias_ptr, s_ym, s_yn, ACTIVATION, HAS_BIAS, STORE_PRE)
 
 
-SOURCES = (activate, tile_position, store_tile, accumulate, dot_pointers, descriptor_block, _dot_descriptors,
+SOURCES = (activate, tile_position, store_tile, accumulate, partial_sums, dot_pointers, descriptor_block, _dot_descriptors,
            _gemm_tile, _gemm_kernel, _split_k_sum_kernel, SUM_BLOCK)
 """Every @triton.jit function (and constant) the GEMM kernels run: the source hash of their specs."""
 

@@ -16,7 +16,7 @@ import triton.language as tl
 from autotune import runtime
 from autotune.kernels import _gemm
 from autotune.kernels import _matmul_problems as problems_
-from autotune.kernels._gemm import activate, dot_pointers, store_tile
+from autotune.kernels._gemm import accumulate, activate, dot_pointers, partial_sums, store_tile
 from autotune.kernels._grid import cdiv
 from autotune.kernels.matmul import (
     activation_backward, apply_activation, check_activation, check_dtype, check_like, gemm_spec, linear_op, linear_rows,
@@ -45,6 +45,7 @@ def _mlp_fused_kernel(x_ptr, w1_ptr, b1_ptr, w2_ptr, b2_ptr, y_ptr, M, K, H, N,
     w1_chunk = w1_ptr
     w1_step = tl.full((), BLOCK_H, tl.int64) * s_w1h  # 64-bit: h * stride passes 2**31 in large weights
     acc = tl.zeros((BLOCK_M, BLOCK_N), tl.float32)
+    part = tl.zeros((BLOCK_M, BLOCK_N), tl.float32)
     for h in range(0, H, BLOCK_H):
         # Columns [h, h + BLOCK_H) of w1.T: the (H, K) w1 read through its transpose's strides.
         z = dot_pointers(x_ptr, w1_chunk, row, 0, M, H - h, K, 0, K, s_xm, s_xk, s_w1k, s_w1h,
@@ -57,7 +58,8 @@ def _mlp_fused_kernel(x_ptr, w1_ptr, b1_ptr, w2_ptr, b2_ptr, y_ptr, M, K, H, N,
         hidden = activate(z, ACTIVATION).to(w2_ptr.dtype.element_ty)
         w2_offs = (h + hs).to(tl.int64)[:, None] * s_w2h + cols.to(tl.int64)[None, :] * s_w2n
         w2 = tl.load(w2_ptr + w2_offs, mask=h_ok[:, None] & col_ok[None, :], other=0.0)
-        acc = tl.dot(hidden, w2, acc, input_precision=PRECISION)
+        acc, part = accumulate(acc, part, hidden, w2, h // BLOCK_H, BLOCK_H, PRECISION)
+    acc = partial_sums(acc, part, PRECISION)
     store_tile(acc, row + tl.arange(0, BLOCK_M), cols, M, N, y_ptr, y_ptr, b2_ptr, s_ym, s_yn, 0, HAS_B2, False)
 
 
