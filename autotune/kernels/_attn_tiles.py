@@ -92,6 +92,8 @@ def mma(a, b, acc):
     as on a tensor core."""
     if INTERPRETING and a.dtype == tl.bfloat16:
         c = tl.dot(a.to(tl.float32), b.to(tl.float32), acc, input_precision="ieee")
+    elif a.dtype == tl.float64:  # Triton 3.6 takes out_dtype as float32 unless told, and rejects a float64 acc
+        c = tl.dot(a, b, acc, out_dtype=tl.float64)
     else:
         c = tl.dot(a, b, acc)
     return c

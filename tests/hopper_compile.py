@@ -1,0 +1,121 @@
+"""Compiles every shipped kernel's default config for Hopper (sm_90) with a given Triton, without a GPU.
+
+The Triton in TRITON_DIR (not this environment's) compiles for real, to PTX and then a cubin by its bundled
+ptxas; a stand-in driver skips only the launch. test_compiles_for_the_gpu_triton.py runs it with the GPU
+machine's Triton.
+
+    python tests/hopper_compile.py TRITON_DIR    # TRITON_DIR: `pip install --no-deps --target TRITON_DIR triton==X`
+
+Prints JSON lines: first {"triton": version, "path": where it was imported from}, then one line per
+(kernel, dtype): {"kernel", "dtype", "ok", "seconds"} and, where it did not compile, "error".
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+import traceback
+import warnings
+from typing import TYPE_CHECKING, Callable
+
+if TYPE_CHECKING:
+    from triton.backends.compiler import GPUTarget
+
+H100_PROPERTIES = {"max_shared_mem": 232448, "multiprocessor_count": 132, "max_num_regs": 65536, "warpSize": 32}
+"""The H100's, as Triton's CUDA driver reports them. Loading a kernel, Triton refuses one whose shared memory
+is over max_shared_mem (227 KiB, what one H100 program may opt into)."""
+MAX_THREADS_PER_BLOCK = 1024
+NOT_LOADED = "not loaded"  # stands for the CUmodule and CUfunction a real driver would hand back
+ERROR_CHARS = 4000
+
+
+class _H100Utils:
+    def get_device_properties(self, device: int) -> dict[str, int]:
+        return H100_PROPERTIES
+
+    def load_binary(self, name: str, kernel: bytes, shared: int, device: int) -> tuple[str, str, int, int, int]:
+        """(module, function, registers, spills, max threads a block): nothing is loaded."""
+        return NOT_LOADED, NOT_LOADED, 0, 0, MAX_THREADS_PER_BLOCK
+
+
+class CompileOnlyHopperDriver:
+    """Triton's active driver for an sm_90 GPU that is not here: a launch compiles the kernel for real, checks
+    its shared memory and threads against the H100's, and then runs nothing. Duck-types the parts of
+    Triton 3.6's DriverBase that JITFunction.run and CompiledKernel._init_handles call."""
+
+    utils = _H100Utils()
+
+    def get_current_device(self) -> int:
+        return 0
+
+    def get_current_stream(self, device: int | None = None) -> int:
+        return 0
+
+    def get_current_target(self) -> GPUTarget:
+        from triton.backends.compiler import GPUTarget
+
+        return GPUTarget("cuda", 90, 32)
+
+    def launcher_cls(self, src: object, metadata: object) -> Callable[..., None]:
+        return lambda *args, **kwargs: None
+
+
+def describe(error: BaseException) -> str:
+    """The root cause with the line that raised it, then each exception wrapping it, innermost first (for a
+    CompilationError: the kernel source line), cut to ERROR_CHARS."""
+    chain = [error]
+    while (cause := chain[-1].__cause__ or chain[-1].__context__) is not None and len(chain) < 20:
+        chain.append(cause)
+    root, *wrappers = reversed(chain)
+    parts = ["".join(traceback.format_exception(root, limit=-1, chain=False))]
+    parts += ["".join(traceback.format_exception_only(e)) for e in wrappers]
+    return "\n".join(parts)[:ERROR_CHARS]
+
+
+def compile_defaults() -> None:
+    """Launches (so compiles) each shipped kernel's default config on its first interpreter preset, a small
+    problem, in each dtype the kernel takes on a GPU; prints one JSON line each."""
+    import torch
+
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", "no GPU found and Triton was imported before autotune")  # wanted here
+        from autotune import registry, runtime
+        from autotune.verify import outputs_like
+    # mlp's default variant calls linear at linear's tuned configs, of which there are none for this "GPU":
+    # linear's default config then, said once in a warning.
+    warnings.simplefilter("ignore", runtime.NoTunedConfigsWarning)
+    for name in registry.shipped():
+        spec = registry.get(name)
+        problem = (spec.interpreter_presets or spec.presets)[0]
+        for dtype in spec.dtypes:
+            start = time.perf_counter()
+            result: dict[str, object] = {"kernel": name, "dtype": str(dtype).removeprefix("torch.")}
+            try:
+                inputs = spec.make_inputs(problem, dtype, torch.device("cpu"), 0)
+                spec.launch(inputs, dict(spec.space.default), outputs_like(spec.baseline(inputs)))
+                result["ok"] = True
+            except Exception as e:
+                result.update(ok=False, error=describe(e))
+            result["seconds"] = round(time.perf_counter() - start, 2)
+            print(json.dumps(result), flush=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("triton_dir", help="a directory holding the Triton package to compile with")
+    triton_dir = parser.parse_args().triton_dir
+    sys.path.insert(0, triton_dir)
+    os.environ.pop("TRITON_INTERPRET", None)  # under the interpreter nothing would be compiled
+    import triton
+    from triton.runtime import driver
+
+    driver.set_active(CompileOnlyHopperDriver())
+    print(json.dumps({"triton": triton.__version__, "path": os.path.dirname(triton.__file__)}), flush=True)
+    compile_defaults()
+
+
+if __name__ == "__main__":
+    main()
