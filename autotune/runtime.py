@@ -117,7 +117,7 @@ class TunedConfigs:
         stored = self._stored.get(dtype)
         if stored is None:
             stored = self._stored[dtype] = self._load(dtype)
-        choice = _choose(self.spec, stored, bucket, problem)
+        choice = _choose(self.spec, stored, bucket, self.spec.problem_for(problem, dtype))
         self._cache[(dtype, bucket)] = choice.config
         self._choices[(dtype, bucket)] = choice
         return choice

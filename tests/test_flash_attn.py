@@ -14,11 +14,12 @@ import torch
 import torch.nn.functional as F
 
 from autotune import gpu, runtime
+from autotune.kernels import _attn_math as math_
 from autotune.kernels import _attn_problems as problems_
 from autotune.kernels import flash_attn
 from autotune.kernels.flash_attn import SPEC, descriptor_ok
 from autotune.search_spaces.flash_attn import FORWARD_SPACE as SPACE
-from autotune.verify import ReferenceCache, compare, outputs_like, verify
+from autotune.verify import ReferenceCache, check_problem, compare, outputs_like, verify
 
 import attention_checks
 from stored_rows import store_best
@@ -126,6 +127,36 @@ def test_the_gate_checks_the_log_sum_exp_and_every_output_row():
         assert not result.passed and why in result.failure.reason
 
 
+def test_an_output_whose_terms_cancel_is_judged_against_the_size_of_its_terms():
+    # Two keys with weights 2/3 and 1/3 and values 1 and -2: the output is 0, its terms are 2/3 in size.
+    q = torch.zeros(1, 1, 1, 16)
+    k = torch.zeros(1, 1, 2, 16)
+    k[0, 0, 0, 0], q[0, 0, 0, 0] = math.log(2.0), 1.0
+    v = torch.tensor([1.0, -2.0]).view(1, 1, 2, 1).expand(1, 1, 2, 16).contiguous()
+    inputs = {"q": q, "k": k, "v": v, "is_causal": False, "scale": 1.0}
+    o, _ = math_.reference_forward(inputs)
+    floor, lse_floor = math_.forward_floor(inputs)
+    assert o.abs().max() < 1e-6 and lse_floor is None
+    torch.testing.assert_close(floor, torch.full_like(floor, math.sqrt(2.0) * 2 / 3), rtol=1e-6, atol=0.0)
+
+
+def test_a_decode_row_of_two_nearly_tied_keys_passes_where_it_failed_without_the_floor():
+    # db verify flagged this problem on the H100 (seed 1870362795): scale 1 at head dim 256 makes scores of
+    # ~2400 whose float32 rounding (~1e-4) is all the error, on outputs that are the leftover of two terms
+    # of ~5. Every config failed it alike (here: error 0.0745 > budget 0.0668 before the floor).
+    tied = {"batch": 1, "causal": False, "head_dim": 256, "heads": 3, "kv_heads": 1, "layout": "contiguous",
+            "magnitude": 8.0, "nk": 114, "nq": 114, "scale": 1.0}
+    cfg = config(BLOCK_M=16, BLOCK_N=64, num_warps=4, num_stages=2, mask="every", p="split")
+    assert check_problem(SPEC, cfg, tied, torch.float16, seed=1) is None
+    # A kernel off by a little is still caught there: the output scaled by 1.01 (budget 0.0044, error 0.011).
+    def off(inputs, c, out):
+        SPEC.launch(inputs, c, out)
+        out[0].mul_(1.01)
+        return out
+    failure = check_problem(dataclasses.replace(SPEC, launch=off), cfg, tied, torch.float16, seed=1)
+    assert failure is not None and "output 0: error" in failure.reason
+
+
 @pytest.mark.parametrize("nq, nk", [(5, 9), (9, 5), (1, 7), (7, 1)])
 def test_causal_mask_is_aligned_top_left_as_torch_aligns_it(nq, nk):
     torch.manual_seed(0)
@@ -167,6 +198,27 @@ def test_empty_inputs_give_what_sdpa_gives_without_a_launch():
             expect = F.scaled_dot_product_attention(*args)
             assert out.shape == expect.shape and torch.equal(out, expect)  # no keys: zeros, as sdpa
     assert launches == []
+
+
+def test_a_float32_call_is_never_served_a_config_whose_float64_tiles_do_not_fit(user_db):
+    # float32 inputs compute in float64: a tile that fits in 16 bits may not (Triton 3.6 failed such
+    # configs on the H100 for lack of shared memory). The space says so before anything compiles, and the
+    # runtime passes over a stored float32 row whose config does not fit the call.
+    big = config(BLOCK_M=128, BLOCK_N=64, num_warps=8, num_stages=2)
+    wide = problem(1, 2, 100, 256)
+    assert SPACE.rejects(big, SPEC.problem_for(wide, torch.float16)) is None
+    assert "shared memory" in SPACE.rejects(big, SPEC.problem_for(wide, torch.float32))
+    one_stage = config(BLOCK_M=128, BLOCK_N=64, num_warps=4, num_stages=1)
+    assert SPACE.rejects(one_stage, SPEC.problem_for(problem(1, 2, 100, 128), torch.float16)) is None
+    assert "values per thread" in SPACE.rejects(one_stage, SPEC.problem_for(problem(1, 2, 100, 128), torch.float32))
+    for dtype in ("fp16", "fp32"):
+        store_best(user_db, SPEC, "bh=2,g=1,nq=128,nk=128,d=64,causal=0", big, dtype=dtype)
+    with runtime.record_launches() as launches:
+        for dtype in (torch.float16, torch.float32):
+            q = torch.randn(1, 2, 100, 256, dtype=dtype)
+            torch.testing.assert_close(flash_attn(q, q, q), F.scaled_dot_product_attention(q, q, q),
+                                       **({} if dtype == torch.float32 else dict(atol=2e-3, rtol=2e-3)))
+    assert [c for _, c in launches] == [big, dict(SPACE.default)]  # the nearest row in fp16; in fp32 none
 
 
 def test_public_calls_launch_the_stored_config_of_their_bucket(user_db):
@@ -220,6 +272,7 @@ def test_variants_verify_on_the_gpu_near_the_preset_shapes(dtype):
     ]
     for cfg, presets in tried:
         for preset in presets:
+            cfg = attention_checks.fitting(SPEC, cfg, preset, dtype)  # float32 computes in float64: smaller tiles
             result = verify(SPEC, cfg, dtype, examples=10, extra_problems=SPEC.edges_for(preset))
             assert result.passed, result.failure and result.failure.describe()
 

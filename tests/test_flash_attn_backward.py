@@ -178,5 +178,6 @@ def test_variants_verify_on_the_gpu_near_the_preset_shapes(dtype):
         config(BLOCK_M=32, BLOCK_N=128, num_warps=8, num_stages=3, dq="atomic", delta="recomputed"),
     ]
     for cfg in tried:
+        cfg = attention_checks.fitting(SPEC, cfg, prefill, dtype)  # float32 computes in float64: smaller tiles
         result = verify(SPEC, cfg, dtype, examples=10, extra_problems=SPEC.edges_for(prefill))
         assert result.passed, result.failure and result.failure.describe()

@@ -56,6 +56,22 @@ def reference_forward(inputs: dict) -> tuple[torch.Tensor, torch.Tensor]:
     return o, lse
 
 
+def forward_floor(inputs: dict) -> tuple[torch.Tensor, None]:
+    """Error floor of o (see verify's error_floor): each output element is a sum of P_ij * v_jd, and where
+    those terms cancel (two nearly tied keys with opposite values) the leftover is far smaller than they
+    are, while the rounding of the scores errs in proportion to the terms. The floor is the typical size
+    of such a sum of random sign, the root of the summed squared terms: sqrt(P^2 @ V^2). The log-sum-exp
+    has none."""
+    q, k, v = (inputs[n].to(torch.float64) for n in ("q", "k", "v"))
+    group = _group(q, k)
+    floor = torch.zeros_like(q)
+    for i in range(q.shape[0]):
+        k_i, v_i = _heads(k[i], group), _heads(v[i], group)
+        for start, end in _chunks(q.shape[1], q.shape[2], k.shape[2]):
+            p = torch.softmax(_scores(q[i, :, start:end], k_i, inputs["scale"], inputs["is_causal"], start), -1)
+            floor[i, :, start:end] = (p.square() @ v_i.square()).sqrt()
+    return floor.nan_to_num(0.0), None
+
 def _sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, inputs: dict) -> torch.Tensor:
     """sdpa in the working dtype, grouped heads repeated first: with enable_gqa torch picks its math
     backend for some shapes (on the CPU, Nq = 1) and its flash backend for others, and the two round so

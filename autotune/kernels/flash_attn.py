@@ -265,9 +265,11 @@ SPEC = KernelSpec(
     sources=(round_to, scalar, widen, exp_, mma, load_rows, key_blocks, score_multiplier, _fwd_step, _attn_fwd_kernel,
              _combine_splits_kernel, COMBINE_ROWS),
     bound="compute",
+    dtype_in_problem=True,  # float32 tiles take twice the room (see the space)
     description="attention (sdpa semantics: causal, scale, GQA) with an online softmax: o and the log-sum-exp",
     bucket_edges=problems_.bucket_edges,
     public=_public,
+    error_floor=math_.forward_floor,
 )
 _TUNED = runtime.tuned(SPEC)
 

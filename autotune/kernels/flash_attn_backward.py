@@ -368,6 +368,7 @@ SPEC = KernelSpec(
     sources=(round_to, scalar, widen, exp_, mma, load_rows, key_blocks, score_multiplier, _delta_kernel, _row_lse,
              _row_delta, _dkdv_step, _attn_bwd_dkdv_kernel, _query_step, _attn_bwd_query_kernel, DELTA_ROWS),
     bound="compute",
+    dtype_in_problem=True,  # float32 tiles take twice the room (see the space)
     description="flash_attn backward: dq, dk, dv from the saved log-sum-exp (torch baseline: sdpa forward + backward)",
     bucket_edges=lambda problem: problems_.bucket_edges(problem, large=problems_.BACKWARD_LARGE),
     public=_public,

@@ -30,12 +30,29 @@ MAX_TILE_REGISTERS = 256
 """32-bit values per thread a program's tiles may take (estimated); past this the compiler spills."""
 SHARED_MEMORY_BYTES = 227 * 1024
 """Shared memory a program may use on Hopper (the H100's opt-in limit), also assumed without a GPU."""
+SHARED_MEMORY_RESERVED = 1024
+"""Of it, kept for what is not a tile: pipeline barriers and the like (a 3-stage forward with descriptor
+loads took 32 bytes more than its tiles in float32)."""
 SPLIT_MAX_PROGRAMS = 512
 """Split the key range only when the unsplit grid has fewer programs than this: a full grid gains
 nothing from more, smaller programs and pays for the combine."""
 HALF_BYTES = 2
-"""Tile sizes are estimated for 16-bit inputs, the dtypes attention is tuned for; float32 configs that
-do not fit fail to compile and are recorded as such."""
+"""Bytes per tile element for 16-bit inputs (and for problems that do not say their dtype)."""
+
+
+def _tile_bytes(p: Problem, *, computed: bool = False) -> int:
+    """Bytes per element of the tiles a program stages in shared memory: the input's size, or with
+    `computed` the compute dtype's (float32 inputs compute in float64, 8 bytes). Checked against the shared
+    memory Triton 3.6 allocates for sm_90 (tests/hopper_compile.py's compiler, pointer loads): the forward's
+    float32 tiles take at most 4 bytes an element, the backward's up to 8 (its float64 operands)."""
+    if p.get("dtype") == "fp32":
+        return 8 if computed else 4
+    return HALF_BYTES
+
+
+def _registers_per_value(p: Problem) -> int:
+    """32-bit registers one tile value takes: two for float32 inputs, which compute in float64."""
+    return 2 if p.get("dtype") == "fp32" else 1
 
 FORWARD_DEFAULT: Config = {
     "BLOCK_M": 16, "BLOCK_N": 32, "num_warps": 2, "num_stages": 1, "mask": "edges", "kv_load": "pointer",
@@ -104,16 +121,18 @@ def _blocks_fit_problem(c: Config, p: Problem) -> str | None:
 def _forward_fits_shared_memory(c: Config, p: Problem) -> str | None:
     # K and V tiles, one per pipeline stage, and the query tile as an MMA operand.
     d = block_d(dims(p)[5])
-    need = HALF_BYTES * d * (c["BLOCK_M"] + 2 * c["BLOCK_N"] * c["num_stages"])
-    if need > SHARED_MEMORY_BYTES:
-        return f"K/V tiles over {c['num_stages']} stages need {need} bytes of shared memory > {SHARED_MEMORY_BYTES}"
+    need = _tile_bytes(p) * d * (c["BLOCK_M"] + 2 * c["BLOCK_N"] * c["num_stages"])
+    if need + SHARED_MEMORY_RESERVED > SHARED_MEMORY_BYTES:
+        return f"K/V tiles over {c['num_stages']} stages need {need} bytes of shared memory > {SHARED_MEMORY_BYTES - SHARED_MEMORY_RESERVED}"
     return None
 
 
 def _forward_fits_registers(c: Config, p: Problem) -> str | None:
+    if _is_default(c):
+        return None  # the fallback: it may spill, it runs everywhere (float32 at head dim 256 too)
     # Per thread: the output accumulator and the query (BLOCK_M x BLOCK_D), the scores (BLOCK_M x BLOCK_N).
     d = block_d(dims(p)[5])
-    if c["BLOCK_M"] * (d + c["BLOCK_N"]) > MAX_TILE_REGISTERS * 32 * c["num_warps"]:
+    if c["BLOCK_M"] * (d + c["BLOCK_N"]) * _registers_per_value(p) > MAX_TILE_REGISTERS * 32 * c["num_warps"]:
         return f"BLOCK_M x (head dim + BLOCK_N) > {MAX_TILE_REGISTERS} values per thread"
     return None
 
@@ -234,10 +253,12 @@ def _backward_blocks_fit_problem(c: Config, p: Problem) -> str | None:
 
 
 def _backward_fits_registers(c: Config, p: Problem) -> str | None:
+    if _is_default(c):
+        return None  # the fallback: it may spill, it runs everywhere (float32 at head dim 256 too)
     # Held: K, V and the float32 dK, dV accumulators (BLOCK_N x BLOCK_D each); per step the transposed
     # scores, probabilities and their gradients (BLOCK_N x BLOCK_M).
     d = block_d(dims(p)[5])
-    if c["BLOCK_N"] * (3 * d + 2 * c["BLOCK_M"]) > MAX_TILE_REGISTERS * 32 * c["num_warps"]:
+    if c["BLOCK_N"] * (3 * d + 2 * c["BLOCK_M"]) * _registers_per_value(p) > MAX_TILE_REGISTERS * 32 * c["num_warps"]:
         return f"BLOCK_N x (3 head dims + 2 BLOCK_M) > {MAX_TILE_REGISTERS} values per thread"
     return None
 
@@ -245,9 +266,9 @@ def _backward_fits_registers(c: Config, p: Problem) -> str | None:
 def _backward_fits_shared_memory(c: Config, p: Problem) -> str | None:
     # Q and dO tiles per stage, K and V as MMA operands.
     d = block_d(dims(p)[5])
-    need = HALF_BYTES * d * (2 * c["BLOCK_M"] * c["num_stages"] + 2 * c["BLOCK_N"])
-    if need > SHARED_MEMORY_BYTES:
-        return f"Q/dO tiles over {c['num_stages']} stages need {need} bytes of shared memory > {SHARED_MEMORY_BYTES}"
+    need = _tile_bytes(p, computed=True) * d * (2 * c["BLOCK_M"] * c["num_stages"] + 2 * c["BLOCK_N"])
+    if need + SHARED_MEMORY_RESERVED > SHARED_MEMORY_BYTES:
+        return f"Q/dO tiles over {c['num_stages']} stages need {need} bytes of shared memory > {SHARED_MEMORY_BYTES - SHARED_MEMORY_RESERVED}"
     return None
 
 
