@@ -72,6 +72,7 @@ def forward_floor(inputs: dict) -> tuple[torch.Tensor, None]:
             floor[i, :, start:end] = (p.square() @ v_i.square()).sqrt()
     return floor.nan_to_num(0.0), None
 
+
 def _sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, inputs: dict) -> torch.Tensor:
     """sdpa in the working dtype, grouped heads repeated first: with enable_gqa torch picks its math
     backend for some shapes (on the CPU, Nq = 1) and its flash backend for others, and the two round so

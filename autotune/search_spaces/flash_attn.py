@@ -54,6 +54,7 @@ def _registers_per_value(p: Problem) -> int:
     """32-bit registers one tile value takes: two for float32 inputs, which compute in float64."""
     return 2 if p.get("dtype") == "fp32" else 1
 
+
 FORWARD_DEFAULT: Config = {
     "BLOCK_M": 16, "BLOCK_N": 32, "num_warps": 2, "num_stages": 1, "mask": "edges", "kv_load": "pointer",
     "KV_SPLITS": 1, "gqa": "per_head", "p": "split",
