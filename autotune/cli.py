@@ -447,9 +447,11 @@ def db_prune(db_url: str | None, gpu_name: str | None, kernel: str | None) -> No
 @click.option("--seed", type=int, help="Hypothesis seed [default: a fresh one, printed and recorded].")
 @click.option("--unverified", "unverified_only", is_flag=True,
               help="Only rows never re-verified (to finish a run that was cut short).")
+@click.option("--flagged", "flagged_only", is_flag=True,
+              help="Only rows whose latest re-verification failed (each checked on its failing problem first).")
 @click.option("--format", "fmt", type=FORMATS, default="table", show_default=True)
 def db_verify(gpu_name: str | None, db_url: str | None, kernels: tuple[str, ...], examples: int | None, seed: int | None,
-              unverified_only: bool, fmt: str) -> None:
+              unverified_only: bool, flagged_only: bool, fmt: str) -> None:
     """Re-verify every best row of this GPU on a fresh seed and record the outcomes; a row that fails is
     flagged and no longer served. Exit 1 if any row fails or its verification raises."""
     from tqdm import tqdm
@@ -472,7 +474,7 @@ def db_verify(gpu_name: str | None, db_url: str | None, kernels: tuple[str, ...]
             bar.set_postfix_str(f"{verdict.kernel} {verdict.dtype} {verdict.bucket}: {verdict.result}")
 
         report = reverify_rows(store, gpu_name=gpu_name, kernels=specs, examples=examples, seed=seed, on_row=progress,
-                               unverified_only=unverified_only)
+                               unverified_only=unverified_only, flagged_only=flagged_only)
     counts = {r: sum(v.result == r for v in report.rows) for r in ("pass", "FAIL", "error", "skipped")}
     click.echo(f"{report.gpu}: {len(report.rows)} row(s) on seed {report.seed}, at least {report.examples} distinct "
                f"Hypothesis problems its config applies to each (fewer where under 1% of draws apply) plus the "

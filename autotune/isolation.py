@@ -27,6 +27,7 @@ import sys
 import time
 import warnings
 import weakref
+from collections.abc import Sequence
 from multiprocessing.connection import wait
 
 import torch
@@ -36,7 +37,7 @@ from autotune.precompile import START_TIMEOUT_S, importable_name
 from autotune.search import Evaluator, TrialOutcome
 from autotune.space import Config, Problem
 from autotune.spec import DTYPE_NAMES, KernelSpec, dtype_from_name
-from autotune.verify import Failure, VerifyResult
+from autotune.verify import Failure, KnownFailure, VerifyResult
 
 DEFAULT_TRIAL_TIMEOUT_S = 300.0
 """Per-config limit on compiling (unless compiled ahead), verifying and timing it. Generous: a config
@@ -133,7 +134,7 @@ class IsolatedEvaluator(Evaluator):
     seconds; the worker also times PyTorch's baseline and re-verifies the winner."""
 
     def __init__(self, spec: KernelSpec, problem: Problem, dtype: torch.dtype, *, examples: int, seed: int,
-                 max_numel: int, trial_timeout: float | None = None):
+                 max_numel: int, trial_timeout: float | None = None, known_failures: Sequence[KnownFailure] = ()):
         name = worker_name(spec)
         if name is None:
             raise ValueError(
@@ -142,9 +143,10 @@ class IsolatedEvaluator(Evaluator):
             )
         _check_trial_timeout(trial_timeout)
         self.trial_timeout = DEFAULT_TRIAL_TIMEOUT_S if trial_timeout is None else float(trial_timeout)
-        self._args = (name, problem, DTYPE_NAMES[dtype], examples, seed, max_numel)
+        self._args = (name, problem, DTYPE_NAMES[dtype], examples, seed, max_numel, list(known_failures))
         self._worker: _Worker | None = None
-        super().__init__(spec, problem, dtype, examples=examples, seed=seed, max_numel=max_numel)
+        super().__init__(spec, problem, dtype, examples=examples, seed=seed, max_numel=max_numel,
+                         known_failures=known_failures)
 
     def _prepare(self) -> None:
         reason = self._start()
@@ -300,10 +302,11 @@ def _exit_description(code: int | None) -> str:
     return f"exited with code {code}"
 
 
-def _build(name: str, problem: Problem, dtype_name: str, examples: int, seed: int, max_numel: int) -> Evaluator:
+def _build(name: str, problem: Problem, dtype_name: str, examples: int, seed: int, max_numel: int,
+           known_failures: Sequence[KnownFailure] = ()) -> Evaluator:
     """The worker's Evaluator of one problem: its inputs, references and drawn problems."""
     return Evaluator(registry.get(name), problem, dtype_from_name(dtype_name), examples=examples, seed=seed,
-                     max_numel=max_numel)
+                     max_numel=max_numel, known_failures=[(p, s) for p, s in known_failures])
 
 
 def _serve(conn, *args) -> None:

@@ -77,6 +77,7 @@ def reverify_rows(
     on_row: Callable[[RowVerdict, int, int], None] | None = None,
     compile_workers: int | None = None,
     unverified_only: bool = False,
+    flagged_only: bool = False,
 ) -> Reverification:
     """Re-verify the best rows of `gpu_name` in store (of `kernels` only, if given) and record each outcome
     as soon as it is known, in its own transaction: an interrupted run keeps what it finished.
@@ -90,6 +91,9 @@ def reverify_rows(
         compile_workers: processes that compile each row's config for all its problems before it is checked
             (None: as many as the search uses here; none under the interpreter).
         unverified_only: only the rows never re-verified (to finish a run that was cut short).
+        flagged_only: only the rows whose latest re-verification failed (with unverified_only: either).
+    A flagged row is checked on its recorded failing problem first, on the seed it failed on, so a fresh
+    seed cannot clear it by drawing other inputs.
     """
     here = gpu_to_verify(gpu_name)
     examples = DEFAULT_EXAMPLES if examples is None else examples
@@ -100,8 +104,12 @@ def reverify_rows(
         raise ValueError(f"compile_workers must be an int >= 0, got {compile_workers!r}")
     seed = fresh_seed() if seed is None else seed
     given = {spec.name: spec for spec in kernels}
-    rows = [r for r in store.best_rows(gpu=here.name)
-            if (not given or r.kernel in given) and not (unverified_only and r.verified_at is not None)]
+    def selected(row: BestRow) -> bool:
+        if not (unverified_only or flagged_only):
+            return True
+        return (unverified_only and row.verified_at is None) or (flagged_only and row.flagged)
+
+    rows = [r for r in store.best_rows(gpu=here.name) if (not given or r.kernel in given) and selected(r)]
     verdicts: list[RowVerdict] = []
     with contextlib.ExitStack() as stack:
         pool = stack.enter_context(CompilePool(workers)) if workers and rows else None
@@ -132,12 +140,15 @@ def _reverify_row(store: ConfigStore, row: BestRow, spec: KernelSpec | None, exa
         return skipped(f"config not in {spec.name}'s space (the runtime ignores it): {exc}")
     problem = row.problem
     edges = spec.edges_for(problem) if problem else []  # the problem it was timed on, and its bucket's edges
+    known = [row.recorded_failure] if row.recorded_failure else []
     dtype, asked = dtype_from_name(row.dtype), max(examples, row.examples_verified + 1)
     compiled = False
     try:
         if pool is not None and importable_name(spec) is not None:
-            compiled = pool.compile_for_verify(spec, config, dtype, examples=asked, seed=seed, extra_problems=edges)
-        result = verify(spec, config, dtype, examples=asked, seed=seed, extra_problems=edges, extra_first=False)
+            compiled = pool.compile_for_verify(spec, config, dtype, examples=asked, seed=seed,
+                                               extra_problems=[*edges, *(p for p, _ in known)])
+        result = verify(spec, config, dtype, examples=asked, seed=seed, extra_problems=edges, extra_first=False,
+                        known_failures=known)
     except Exception as exc:  # the gate itself broke (a spec's reference, torch, a lost CUDA context), not
         # shown to be the config's fault (a config's own errors are failures): leave the row as it was
         return RowVerdict(row.kernel, row.dtype, row.bucket, row.config_json, "error",
@@ -145,7 +156,7 @@ def _reverify_row(store: ConfigStore, row: BestRow, spec: KernelSpec | None, exa
     failure_json, detail = None, ""
     if not result.passed:
         f = result.failure
-        failure = {"problem": f.problem, "kind": f.kind, "reason": f.reason} if f else {
+        failure = {"problem": f.problem, "kind": f.kind, "reason": f.reason, "seed": f.seed} if f else {
             "problem": None, "kind": "untested", "reason": "the config applies to none of the problems drawn"}
         failure_json = json.dumps(failure, sort_keys=True)
         detail = f.describe() if f else failure["reason"]

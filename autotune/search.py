@@ -18,7 +18,8 @@ from autotune.db import BestRow, ConfigStore, TrialRow
 from autotune.precompile import CompilePool
 from autotune.space import Config, Problem
 from autotune.spec import DTYPE_NAMES, KernelSpec
-from autotune.verify import ReferenceCache, VerifyResult, check_problem, draw_problems, outputs_like, verify
+from autotune.verify import (KnownFailure, ReferenceCache, VerifyResult, check_problem, draw_problems, outputs_like,
+                             verify)
 
 SAMPLERS = ("tpe", "gp", "random", "grid")
 MAX_TRIALS_PER_EVALUATION = 4
@@ -127,9 +128,11 @@ def study_name(spec: KernelSpec, gpu_name: str, dtype: torch.dtype, bucket: str)
 class Evaluator:
     """Runs the gate then the timing for configs on one problem, once per distinct config."""
 
-    def __init__(self, spec: KernelSpec, problem: Problem, dtype: torch.dtype, *, examples: int, seed: int, max_numel: int):
+    def __init__(self, spec: KernelSpec, problem: Problem, dtype: torch.dtype, *, examples: int, seed: int, max_numel: int,
+                 known_failures: Sequence[KnownFailure] = ()):
         self.spec, self.problem, self.dtype = spec, spec.problem_for(problem, dtype), dtype
         self.examples, self.seed, self.max_numel = examples, seed, max_numel
+        self.known_failures = list(known_failures)  # checked on every config first (the bucket's flagged rows')
         self.edges = [spec.problem_for(p, dtype) for p in spec.edges_for(self.problem)[1:]]
         self.cache: dict[str, TrialOutcome] = {}
         # Capped repetitions (see bench.time_ms): plenty for a ranking, and small kernels stay cheap to time.
@@ -159,7 +162,7 @@ class Evaluator:
     def reverify(self, config: Config, *, examples: int, seed: int) -> VerifyResult:
         """The winner's final gate: a fresh check with more examples and another seed."""
         return verify(self.spec, config, self.dtype, examples=examples, seed=seed, max_numel=self.max_numel,
-                      extra_problems=self.edges)
+                      extra_problems=self.edges, known_failures=self.known_failures)
 
     def problem_config(self, trial: optuna.Trial) -> Config:
         """The config a trial proposes for this problem (asking again later returns the same)."""
@@ -215,7 +218,7 @@ class Evaluator:
             return TrialOutcome(number, config, kind, failure.reason, example=failure.problem)
         result = verify(
             self.spec, config, self.dtype, examples=self.examples, seed=self.seed, max_numel=self.max_numel,
-            extra_problems=self.edges, cache=self.references,
+            extra_problems=self.edges, cache=self.references, known_failures=self.known_failures,
         )
         if result.failure is not None:
             f = result.failure
@@ -275,12 +278,14 @@ def search(
         max_numel = default_max_numel(info)
     bucket = spec.bucket(problem)
     name = study_name(spec, info.name, dtype, bucket)
+    known = bucket_failures(store, spec, info.name, dtype, bucket)
     if isolate:
         evaluator = isolation.IsolatedEvaluator(
-            spec, problem, dtype, examples=examples, seed=seed, max_numel=max_numel, trial_timeout=trial_timeout
+            spec, problem, dtype, examples=examples, seed=seed, max_numel=max_numel, trial_timeout=trial_timeout,
+            known_failures=known,
         )
     else:
-        evaluator = Evaluator(spec, problem, dtype, examples=examples, seed=seed, max_numel=max_numel)
+        evaluator = Evaluator(spec, problem, dtype, examples=examples, seed=seed, max_numel=max_numel, known_failures=known)
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     study = optuna.create_study(
@@ -353,6 +358,17 @@ def search(
             evaluator.close()
 
 
+def bucket_failures(store: ConfigStore | None, spec: KernelSpec, gpu_name: str, dtype: torch.dtype,
+                    bucket: str) -> list[KnownFailure]:
+    """The failing problems (and seeds) that re-verification recorded on this bucket's flagged rows, of any
+    source of the kernel: a search checks every config on them first, so a config that was fast but
+    wrong there cannot win again on inputs that happen to pass."""
+    if store is None:
+        return []
+    rows = store.best_rows(kernel=spec.name, gpu=gpu_name, dtype=DTYPE_NAMES[dtype])
+    return [failure for row in rows if row.bucket == bucket and (failure := row.recorded_failure) is not None]
+
+
 def conclude(
     result: SearchResult,
     spec: KernelSpec,
@@ -368,11 +384,18 @@ def conclude(
     on_final_check: Callable[[Config, VerifyResult, float], None] | None = None,
 ) -> SearchResult:
     """Re-verify the fastest configs of a finished study with more examples (and another seed), take the
-    first that passes as the best, and store it with every trial; `examples_passed` per config key.
+    first that passes as the best, and store it with every trial; `examples_passed` per config key. A
+    config that failed re-verification for this bucket (its row flagged in `store`) is not taken again.
     `reverify` runs that check elsewhere (an isolated evaluator's worker); by default it runs here.
     `on_final_check` hears each check (config, result, seconds) as it ends."""
     started = time.perf_counter()
+    flagged = set() if store is None else {
+        json.dumps(row.config, sort_keys=True)
+        for row in store.best_rows(kernel=spec.name, source_hash=spec.source_hash, gpu=info.name, dtype=result.dtype)
+        if row.bucket == result.bucket and row.flagged}
     for outcome in sorted((o for o in result.trials if o.outcome == "ok"), key=lambda o: o.time_ms):
+        if json.dumps(outcome.config, sort_keys=True) in flagged:
+            continue  # the store would keep the flagged row rather than take its config back
         checked = time.perf_counter()
         if reverify is not None:
             final = reverify(outcome.config)

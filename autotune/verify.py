@@ -38,6 +38,10 @@ def default_max_numel() -> int:
     return (1 << 13) if gpu.interpreter_active() else (1 << 20)
 
 
+KnownFailure = tuple[Problem, int]
+"""A problem that failed the gate before, and the seed of the inputs it failed on."""
+
+
 @dataclass(frozen=True)
 class Failure:
     """Why a config failed on one problem."""
@@ -47,6 +51,7 @@ class Failure:
     reason: str
     error: float | None = None
     budget: float | None = None
+    seed: int | None = None  # of the inputs it failed on
 
     def describe(self) -> str:
         where = json.dumps(self.problem, sort_keys=True)
@@ -257,10 +262,10 @@ def check_problem(
         if device.type == "cuda":
             torch.cuda.synchronize(device)
     except Exception as exc:  # a candidate may fail in any way; the trial records how
-        return Failure(problem, "error", exception_summary(exc))
+        return Failure(problem, "error", exception_summary(exc), seed=seed)
     err, budget, reason = compare_outputs(out, ref, base, cache.floor(spec, problem, dtype, seed))
     if reason:
-        return Failure(problem, "incorrect", reason, err, budget)
+        return Failure(problem, "incorrect", reason, err, budget, seed)
     return None
 
 
@@ -373,6 +378,7 @@ def verify(
     cache: ReferenceCache | None = None,
     extra_first: bool = True,
     shrink_seconds: float = SHRINK_SECONDS,
+    known_failures: Sequence[KnownFailure] = (),
 ) -> VerifyResult:
     """Check config on `extra_problems`, then on `examples` distinct Hypothesis problems; shrink a failure.
     With `extra_first=False` the Hypothesis problems come first, so that a failure found among them is
@@ -382,6 +388,9 @@ def verify(
     A config is only checked on problems its space's constraints let it run on: a draw they reject is
     no example (Hypothesis draws another), and a problem drawn again is not checked again, so `examples`
     counts problems checked. Where fewer than about 1% of draws apply, Hypothesis stops with fewer.
+
+    `known_failures` (problems that failed before, each with the seed of the inputs it failed on) are
+    checked first, each on its own seed: a failure that depends on the inputs is found again.
     """
     config = spec.space.validate(config)
     checks = _Checks(spec, config, dtype, seed or 0, cache or ReferenceCache(), shrink_seconds)
@@ -389,6 +398,13 @@ def verify(
     def result(failure: Failure | None) -> VerifyResult:
         return VerifyResult(spec.name, DTYPE_NAMES[dtype], config, len(checks.problems), failure,
                             skipped=checks.skipped, problems=list(checks.problems.values()))
+
+    for problem, problem_seed in known_failures:
+        problem = spec.problem_for(problem, dtype)
+        if checks.applies(problem):
+            checks.problems[json.dumps(problem, sort_keys=True)] = problem
+            if failure := check_problem(spec, config, problem, dtype, seed=problem_seed, cache=checks.cache):
+                return result(failure)
 
     def first_extra_failure() -> VerifyResult | None:
         for problem in extra_problems:
@@ -404,7 +420,7 @@ def verify(
         return (not extra_first and first_extra_failure()) or result(None)
     failure = check_problem(spec, config, spec.problem_for(minimal, dtype), dtype, seed=seed or 0, cache=checks.cache)
     if failure is None:  # flaky: failed during the search, passes on replay (a race or reading unset memory)
-        failure = Failure(minimal, "incorrect", "failed once, passed on replay: nondeterministic result")
+        failure = Failure(minimal, "incorrect", "failed once, passed on replay: nondeterministic result", seed=seed or 0)
     return result(failure)
 
 

@@ -124,12 +124,16 @@ def test_verification_of_another_gpu_is_refused_before_anything_runs(user_db):
             reverify_rows(store, examples=0)
 
 
-def test_compiling_each_row_ahead_in_a_pool_changes_no_verdict(user_db):
+def test_compiling_each_row_ahead_in_a_pool_changes_no_verdict(user_db, tmp_path):
     """db verify builds each row's config for all the problems it will check, in worker processes, first
-    (on a GPU that is most of a row's time); the verdicts are those of checking without it."""
+    (on a GPU that is most of a row's time); the verdicts are those of checking without it (on a copy of
+    the rows: a second run on the same ones would check the first run's failure first)."""
+    inline_db = tmp_path / "inline.sqlite"
     _store_right_and_wrong(user_db)
+    _store_right_and_wrong(inline_db)
     with ConfigStore(str(user_db)) as store:
         ahead = reverify_rows(store, kernels=[TAIL_BUG_ADD], examples=10, seed=2, compile_workers=2)
+    with ConfigStore(str(inline_db)) as store:
         inline = reverify_rows(store, kernels=[TAIL_BUG_ADD], examples=10, seed=2, compile_workers=0)
     verdicts = {v.bucket: (v.result, v.examples, v.detail) for v in ahead.rows}
     assert verdicts == {v.bucket: (v.result, v.examples, v.detail) for v in inline.rows}

@@ -37,6 +37,19 @@ def _static_fail_add_kernel(x_ptr, y_ptr, out_ptr, n, BLOCK_SIZE: tl.constexpr):
     tl.store(out_ptr + offsets, (x + y).to(out_ptr.dtype.element_ty), mask=mask)
 
 
+@triton.jit
+def _input_bug_add_kernel(x_ptr, y_ptr, out_ptr, n, BLOCK_SIZE: tl.constexpr):
+    offsets = tl.program_id(0) * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)
+    mask = offsets < n
+    x = tl.load(x_ptr + offsets, mask=mask).to(tl.float32)
+    y = tl.load(y_ptr + offsets, mask=mask).to(tl.float32)
+    if BLOCK_SIZE >= 2048:
+        # The bug: y counted twice whenever the first input element is above INPUT_BUG_THRESHOLD.
+        first = tl.load(x_ptr).to(tl.float32)
+        y = tl.where(first > 2.0, 2 * y, y)
+    tl.store(out_ptr + offsets, (x + y).to(out_ptr.dtype.element_ty), mask=mask)
+
+
 def _launcher(kernel):
     def launch(inputs, config, out):
         x, y = inputs["x"], inputs["y"]
@@ -54,6 +67,14 @@ TAIL_BUG_ADD = dataclasses.replace(
     vector_add.SPEC, name="tail_bug_add", launch=_launcher(_tail_bug_add_kernel), sources=(_tail_bug_add_kernel,), _hash=[]
 )
 """Right for BLOCK_SIZE < 2048; for larger blocks, wrong whenever the last block is partial."""
+
+INPUT_BUG_THRESHOLD = 2.0
+INPUT_BUG_ADD = dataclasses.replace(
+    vector_add.SPEC, name="input_bug_add", launch=_launcher(_input_bug_add_kernel), sources=(_input_bug_add_kernel,),
+    _hash=[],
+)
+"""Right for BLOCK_SIZE < 2048; for larger blocks, wrong only on inputs whose first element is above
+INPUT_BUG_THRESHOLD (a few seeds in a hundred): a failure that one seed finds and the next may not."""
 
 STATIC_FAIL_ADD = dataclasses.replace(
     vector_add.SPEC, name="static_fail_add", launch=_launcher(_static_fail_add_kernel),

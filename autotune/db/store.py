@@ -104,6 +104,17 @@ class BestRow:
         return None if self.verify_failure_json is None else _json_object(self.verify_failure_json, "verify_failure_json")
 
     @property
+    def recorded_failure(self) -> tuple[dict[str, Any], int] | None:
+        """(problem, seed of its inputs) on which the latest re-verification failed, if it failed on one:
+        a later check of this bucket runs it again (see verify's known_failures)."""
+        failure = self.verify_failure if self.flagged else None
+        # Rows flagged before failures kept their seed failed on the run's own seed.
+        seed = failure.get("seed", self.verify_seed) if failure else None
+        if not failure or not isinstance(failure.get("problem"), dict) or not isinstance(seed, int):
+            return None
+        return failure["problem"], seed
+
+    @property
     def problem(self) -> dict[str, Any]:
         """The timed problem as a dict; ValueError if the stored JSON is not an object."""
         return _json_object(self.problem_json, "problem_json")
