@@ -103,7 +103,8 @@ def conclude_shared(
     plan = plan_of(study)
     spec, dtype = plan.spec(), plan.torch_dtype
     info = check_gpu(plan.gpu)
-    evaluator = Evaluator(spec, plan.problem, dtype, examples=plan.examples, seed=plan.seed, max_numel=plan.max_numel)
+    evaluator = Evaluator(spec, plan.problem, dtype, examples=plan.examples, seed=plan.seed, max_numel=plan.max_numel,
+                          known_failures=plan.failures())
     known = finished_outcomes(study)
     trials = [outcome_of(t) for t in study.get_trials(deepcopy=False, states=FINISHED)]
     result = SearchResult(
@@ -117,6 +118,7 @@ def conclude_shared(
     return conclude(
         result, spec, dtype, info, examples_passed={k: n for k, (_, n) in known.items()}, seed=plan.seed,
         final_examples=final_examples, max_numel=plan.max_numel, store=store,
+        reverify=lambda config: evaluator.reverify(config, examples=final_examples, seed=plan.seed + 1),
     )
 
 

@@ -20,6 +20,7 @@ from autotune.search import (
     MAX_TRIALS_PER_EVALUATION,
     SAMPLERS,
     TrialOutcome,
+    bucket_failures,
     check_request,
     default_max_numel,
     outcome_of,
@@ -28,6 +29,7 @@ from autotune.search import (
 )
 from autotune.space import Config, Problem
 from autotune.spec import DTYPE_NAMES, KernelSpec, dtype_from_name
+from autotune.verify import KnownFailure
 
 HEARTBEAT_S = 10
 """A worker records a heartbeat for its running trial this often (server storages); a trial whose
@@ -54,6 +56,11 @@ class StudyPlan:
     max_numel: int
     timeout: float | None
     heartbeat_s: int
+    known_failures: list = dataclasses.field(default_factory=list)  # [problem, seed]: the bucket's recorded failures
+
+    def failures(self) -> list[KnownFailure]:
+        """The bucket's recorded failures as verify takes them: (problem, seed of its inputs)."""
+        return [(problem, seed) for problem, seed in self.known_failures]
 
     @property
     def max_trials(self) -> int:
@@ -137,6 +144,7 @@ def create_shared_study(
         kernel=kernel, problem=json.loads(json.dumps(problem)), dtype=DTYPE_NAMES[dtype], gpu=info.name,
         budget=len(grid) if grid else evaluated(study) + trials, sampler=sampler, seed=seed, examples=examples,
         max_numel=default_max_numel(info) if max_numel is None else max_numel, timeout=timeout, heartbeat_s=heartbeat_s,
+        known_failures=[[p, seed] for p, seed in bucket_failures(store, spec, info.name, dtype, spec.bucket(problem))],
     )
     if PLAN_ATTR in study.user_attrs and not plan_of(study).measures_like(plan):
         raise ValueError(f"study {name!r} in {storage} measures {plan_of(study)}, not {plan}: use another storage")

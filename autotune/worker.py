@@ -54,7 +54,8 @@ def _run_study(storage: str, name: str, index: int, on_trial: Callable[[str, Tri
     )
     if budget_spent(study, plan):
         return 0
-    evaluator = Evaluator(spec, plan.problem, plan.torch_dtype, examples=plan.examples, seed=plan.seed, max_numel=plan.max_numel)
+    evaluator = Evaluator(spec, plan.problem, plan.torch_dtype, examples=plan.examples, seed=plan.seed, max_numel=plan.max_numel,
+                          known_failures=plan.failures())
     me, ran = worker_id(), []
 
     def objective(trial: optuna.Trial) -> float:

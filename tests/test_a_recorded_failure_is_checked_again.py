@@ -1,19 +1,24 @@
 """A row that `db verify` flagged keeps its failing problem and the seed of the inputs it failed on. Checking
-that bucket again (`db verify --flagged`, or a new search) runs that problem on that seed first, so a
-failure that depends on the inputs is not cleared by a fresh seed that happens to draw passing ones."""
+that bucket again (`db verify --flagged`, a new search, or the workers of a shared study) runs that problem
+on that seed first, so a failure that depends on the inputs is not cleared by a fresh seed that happens to
+draw passing ones."""
 
 import json
 
+import optuna
 import pytest
 import torch
 from click.testing import CliRunner
 
 from autotune.cli import main
 from autotune.db import ConfigStore
+from autotune.distributed import conclude_shared
 from autotune.kernels import vector_add
 from autotune.reverify import reverify_rows
 from autotune.search import search
+from autotune.studies import create_shared_study, open_storage, plan_of
 from autotune.verify import check_problem, verify
+from autotune.worker import run_worker
 from stored_rows import store_best
 from wrong_kernels import INPUT_BUG_ADD
 
@@ -99,3 +104,19 @@ def test_a_search_does_not_take_back_a_config_flagged_for_its_bucket(user_db):
                         final_examples=4, isolate=False)
     assert [t.config for t in result.trials] == [default] and result.trials[0].outcome == "ok"
     assert result.best_config is None
+
+
+def test_workers_of_a_shared_study_check_the_buckets_recorded_failures_too(user_db, tmp_path, seeds):
+    failing, passing = seeds
+    _flag_wrong_row(user_db, failing)
+    recorded = _row(user_db).recorded_failure
+    storage = str(tmp_path / "shared.journal")
+    with ConfigStore(str(user_db)) as store:
+        name = create_shared_study(INPUT_BUG_ADD, PROBLEM, torch.float32, storage, trials=2, store=store, seed=passing,
+                                   examples=4, warm_start=[WRONG])
+        assert plan_of(optuna.load_study(study_name=name, storage=open_storage(storage))).failures() == [recorded]
+        run_worker(storage, [name], index=0)
+        result = conclude_shared(storage, name, store=store, final_examples=8)
+    wrong = next(t for t in result.trials if t.config == WRONG)
+    assert wrong.outcome == "incorrect" and wrong.example == recorded[0]
+    assert result.best_config not in (None, WRONG) and _row(user_db).config == result.best_config
