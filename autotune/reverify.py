@@ -104,6 +104,7 @@ def reverify_rows(
         raise ValueError(f"compile_workers must be an int >= 0, got {compile_workers!r}")
     seed = fresh_seed() if seed is None else seed
     given = {spec.name: spec for spec in kernels}
+
     def selected(row: BestRow) -> bool:
         if not (unverified_only or flagged_only):
             return True

@@ -108,7 +108,7 @@ class BestRow:
         """(problem, seed of its inputs) on which the latest re-verification failed, if it failed on one:
         a later check of this bucket runs it again (see verify's known_failures)."""
         failure = self.verify_failure if self.flagged else None
-        # Rows flagged before failures kept their seed failed on the run's own seed.
+        # A failure recorded without its seed (before failures kept one) failed on the run's own seed.
         seed = failure.get("seed", self.verify_seed) if failure else None
         if not failure or not isinstance(failure.get("problem"), dict) or not isinstance(seed, int):
             return None
