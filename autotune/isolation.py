@@ -306,7 +306,7 @@ def _build(name: str, problem: Problem, dtype_name: str, examples: int, seed: in
            known_failures: Sequence[KnownFailure] = ()) -> Evaluator:
     """The worker's Evaluator of one problem: its inputs, references and drawn problems."""
     return Evaluator(registry.get(name), problem, dtype_from_name(dtype_name), examples=examples, seed=seed,
-                     max_numel=max_numel, known_failures=[(p, s) for p, s in known_failures])
+                     max_numel=max_numel, known_failures=known_failures)
 
 
 def _serve(conn, *args) -> None:

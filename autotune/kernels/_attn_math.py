@@ -40,19 +40,24 @@ def _group(q: torch.Tensor, k: torch.Tensor) -> int:
     return q.shape[1] // k.shape[1]
 
 
-def reference_forward(inputs: dict) -> tuple[torch.Tensor, torch.Tensor]:
-    """(o, natural log-sum-exp of each query's scores) in float64."""
+def _score_chunks(inputs: dict) -> Iterator[tuple[int, int, int, torch.Tensor, torch.Tensor]]:
+    """(batch element, first query, end query, float64 scores of those queries, their values) chunk by chunk."""
     q, k, v = (inputs[n].to(torch.float64) for n in ("q", "k", "v"))
     group = _group(q, k)
-    b, h, nq, d = q.shape
-    o = q.new_zeros((b, h, nq, d))
-    lse = q.new_full((b, h, nq), float("-inf"))
-    for i in range(b):
+    for i in range(q.shape[0]):
         k_i, v_i = _heads(k[i], group), _heads(v[i], group)
-        for start, end in _chunks(h, nq, k.shape[2]):
-            s = _scores(q[i, :, start:end], k_i, inputs["scale"], inputs["is_causal"], start)
-            lse[i, :, start:end] = torch.logsumexp(s, -1)
-            o[i, :, start:end] = torch.softmax(s, -1) @ v_i  # no keys: an empty sum, 0 as in sdpa
+        for start, end in _chunks(q.shape[1], q.shape[2], k.shape[2]):
+            yield i, start, end, _scores(q[i, :, start:end], k_i, inputs["scale"], inputs["is_causal"], start), v_i
+
+
+def reference_forward(inputs: dict) -> tuple[torch.Tensor, torch.Tensor]:
+    """(o, natural log-sum-exp of each query's scores) in float64."""
+    q = inputs["q"]
+    o = q.new_zeros(q.shape, dtype=torch.float64)
+    lse = q.new_full(q.shape[:3], float("-inf"), dtype=torch.float64)
+    for i, start, end, s, v_i in _score_chunks(inputs):
+        lse[i, :, start:end] = torch.logsumexp(s, -1)
+        o[i, :, start:end] = torch.softmax(s, -1) @ v_i  # no keys: an empty sum, 0 as in sdpa
     return o, lse
 
 
@@ -62,14 +67,10 @@ def forward_floor(inputs: dict) -> tuple[torch.Tensor, None]:
     are, while the rounding of the scores errs in proportion to the terms. The floor is the typical size
     of such a sum of random sign, the root of the summed squared terms: sqrt(P^2 @ V^2). The log-sum-exp
     has none."""
-    q, k, v = (inputs[n].to(torch.float64) for n in ("q", "k", "v"))
-    group = _group(q, k)
-    floor = torch.zeros_like(q)
-    for i in range(q.shape[0]):
-        k_i, v_i = _heads(k[i], group), _heads(v[i], group)
-        for start, end in _chunks(q.shape[1], q.shape[2], k.shape[2]):
-            p = torch.softmax(_scores(q[i, :, start:end], k_i, inputs["scale"], inputs["is_causal"], start), -1)
-            floor[i, :, start:end] = (p.square() @ v_i.square()).sqrt()
+    q = inputs["q"]
+    floor = q.new_zeros(q.shape, dtype=torch.float64)
+    for i, start, end, s, v_i in _score_chunks(inputs):
+        floor[i, :, start:end] = (torch.softmax(s, -1).square() @ v_i.square()).sqrt()
     return floor.nan_to_num(0.0), None
 
 
