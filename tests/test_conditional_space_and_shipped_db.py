@@ -78,13 +78,14 @@ def test_every_shipped_row_is_served_its_kernel_current_and_its_db_verify_passed
     assert [(r.kernel, r.dtype, r.bucket) for r in rows if r.verify_passed is not True] == []
 
 
-def test_flash_attn_ships_an_h100_row_for_every_preset_in_bf16_and_fp16():
-    # Issue 5: head dims 64 and 128, N 1k to 16k, causal and not, and the two decode steps, each tuned on the H100.
+def test_flash_attn_ships_an_h100_row_for_every_preset_in_bf16_fp16_and_fp32():
+    # Issues 5 and 7: head dims 64 and 128, N 1k to 16k, causal and not, and the two decode steps, each tuned on the
+    # H100 (float32 computed in float64).
     spec = autotune.get("flash_attn")
     with ConfigStore(db.as_url(str(db.shipped_path())), readonly=True) as store:
         shipped = {(r.dtype, r.bucket) for r in store.best_rows() if r.kernel == "flash_attn" and r.gpu == "H100"}
     assert len(spec.presets) == 22
-    missing = [(d, spec.bucket(p)) for p in spec.presets for d in ("bf16", "fp16") if (d, spec.bucket(p)) not in shipped]
+    missing = [(d, spec.bucket(p)) for p in spec.presets for d in ("bf16", "fp16", "fp32") if (d, spec.bucket(p)) not in shipped]
     assert missing == []
 
 
@@ -100,9 +101,9 @@ def test_each_norm_ships_an_h100_row_for_every_preset_in_bf16_fp16_and_fp32(kern
     assert missing == []
 
 
-@pytest.mark.parametrize("dtype", ["bf16", "fp16"])
+@pytest.mark.parametrize("dtype", ["bf16", "fp16", "fp32"])
 def test_flash_attn_backward_ships_an_h100_row_for_every_preset(dtype):
-    # Issue 5 and issue 7: the backward's 22 presets in bf16 and fp16, each tuned on the H100.
+    # Issue 5 and issue 7: the backward's 22 presets in bf16, fp16 and fp32, each tuned on the H100.
     spec = autotune.get("flash_attn_backward")
     with ConfigStore(db.as_url(str(db.shipped_path())), readonly=True) as store:
         shipped = {r.bucket for r in store.best_rows()
