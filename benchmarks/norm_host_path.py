@@ -18,12 +18,14 @@ from __future__ import annotations
 
 import autotune  # first: picks the Triton interpreter when there is no GPU, before Triton is imported
 import argparse
+import contextlib
 import datetime
 import importlib
 import json
 import os
 import pathlib
 import platform
+import re
 import statistics
 import subprocess
 import sys
@@ -58,7 +60,14 @@ CASES = [
     ("matmul", "matmul", "64x64x64", "call"),
     ("linear + bias + gelu_tanh", "linear", "64x128x64,bias,gelu_tanh", "call"),
     ("mlp (+ bias, gelu_tanh)", "mlp", "64x64x128x32,bias,gelu_tanh", "call"),
+    # The same three with their GEMMs reading through tensor descriptors (what the H100's rows mostly take):
+    # the config forced, in the measuring process only.
+    ("matmul, tma_persistent", "matmul", "64x64x64", "call", {"matmul": "tma_persistent"}),
+    ("linear + bias + gelu_tanh, tma_persistent", "linear", "64x128x64,bias,gelu_tanh", "call", {"linear": "tma_persistent"}),
+    ("mlp two_pass, tma_persistent linears", "mlp", "64x64x128x32,bias,gelu_tanh", "call", {"linear": "tma_persistent"}),
 ]
+"""(label, kernel, shape, mode[, {kernel: GEMM variant}]): a case's public call, and the variant its GEMM configs take."""
+FORCED_GEMM = {"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 32, "GROUP_M": 1, "num_warps": 4, "num_stages": 2, "SPLIT_K": 1}
 KERNEL_MODULES = {
     "autotune.kernels.layer_norm": ("_KERNELS",),
     "autotune.kernels.layer_norm_backward": ("_norm_backward_kernel", "_sum_partials_kernel"),
@@ -96,6 +105,27 @@ def stub_launches() -> None:
                 setattr(module, name, _NoLaunch())
 
 
+@contextlib.contextmanager
+def forced_variants(variants: dict[str, str]):
+    """Every call of the kernels named in `variants` takes FORCED_GEMM's tiles with that variant, whatever the
+    databases hold (caches cleared before and after)."""
+    from autotune import runtime
+
+    looked_up = runtime.TunedConfigs.config
+
+    def config(self, dtype, bucket, problem):
+        variant = variants.get(self.spec.name)
+        return looked_up(self, dtype, bucket, problem) if variant is None else dict(FORCED_GEMM, variant=variant)
+
+    runtime.clear_cache()
+    runtime.TunedConfigs.config = config
+    try:
+        yield
+    finally:
+        runtime.TunedConfigs.config = looked_up
+        runtime.clear_cache()
+
+
 def make_call(kernel: str, shape: str, mode: str, dtype: torch.dtype):
     spec = autotune.get(kernel)
     inputs = spec.make_inputs(spec.parse_shape(shape), dtype, gpu.device(), 0)
@@ -112,14 +142,21 @@ def make_call(kernel: str, shape: str, mode: str, dtype: torch.dtype):
     return forward_backward
 
 
-def measure(launch: str, calls: int, repeats: int, dtype: torch.dtype) -> dict:
+def selected(match: str | None) -> list[tuple]:
+    """The CASES whose label `match` (a regular expression) finds (every case without one)."""
+    return [case for case in CASES if match is None or re.search(match, case[0])]
+
+
+def measure(launch: str, calls: int, repeats: int, dtype: torch.dtype, match: str | None = None) -> dict:
     if launch == "real" and gpu.interpreter_active():
         raise SystemExit("--launch real times GPU launches; under the Triton interpreter use --launch stub")
     if launch == "stub":
         stub_launches()
     warnings.simplefilter("ignore")  # "no tuned configs" on this machine: the default config is launched
-    rows = {label: per_call_samples_us(make_call(kernel, shape, mode, dtype), calls, repeats)
-            for label, kernel, shape, mode in CASES}
+    rows = {}
+    for label, kernel, shape, mode, *variants in selected(match):
+        with forced_variants(variants[0] if variants else {}):
+            rows[label] = per_call_samples_us(make_call(kernel, shape, mode, dtype), calls, repeats)
     return {"autotune": str(pathlib.Path(autotune.__file__).parent), "launch": launch, "rows": rows}
 
 
@@ -134,7 +171,7 @@ def cpu_name() -> str:
 
 def compare(trees: list[tuple[str, str]], args) -> dict:
     """Rounds of one subprocess per tree, trees alternating; every repeat of every round pooled per case."""
-    samples = {label: {case[0]: [] for case in CASES} for label, _ in trees}
+    samples = {label: {case[0]: [] for case in selected(args.match)} for label, _ in trees}
     imported = {}
     for _ in range(args.rounds):
         for label, path in trees:
@@ -144,7 +181,7 @@ def compare(trees: list[tuple[str, str]], args) -> dict:
                 [str(pathlib.Path(path).resolve()), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]))
             run = subprocess.run(
                 [sys.executable, __file__, "--launch", args.launch, "--calls", str(args.calls),
-                 "--repeats", str(args.repeats), "--dtype", args.dtype],
+                 "--repeats", str(args.repeats), "--dtype", args.dtype, *(["--match", args.match] if args.match else [])],
                 env=env, capture_output=True, text=True,
             )
             if run.returncode != 0:
@@ -172,7 +209,9 @@ def table(report: dict) -> str:
     labels = list(report["trees"])
     first, last = labels[0], labels[-1]
     rows = []
-    for case, _, shape, _ in CASES:
+    for case, _, shape, *_ in CASES:
+        if case not in report["samples_us"][first]:
+            continue
         row = [case, shape]
         for label in labels:
             values = report["samples_us"][label][case]
@@ -200,11 +239,12 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5, help="with --tree: subprocesses per tree")
     parser.add_argument("--out", help="with --tree: write OUT.md and OUT.json")
     parser.add_argument("--note", help="with --out: a paragraph for the report (what the trees are)")
+    parser.add_argument("--match", help="only the cases whose label this regular expression finds")
     args = parser.parse_args()
     if not args.tree:
         from autotune.spec import dtype_from_name
 
-        print(json.dumps(measure(args.launch, args.calls, args.repeats, dtype_from_name(args.dtype))))
+        print(json.dumps(measure(args.launch, args.calls, args.repeats, dtype_from_name(args.dtype), args.match)))
         return
     trees = [tuple(t.split("=", 1)) for t in args.tree]
     if any(len(t) != 2 for t in trees):

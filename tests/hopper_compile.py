@@ -7,7 +7,9 @@ machine's Triton.
     python tests/hopper_compile.py TRITON_DIR    # TRITON_DIR: `pip install --no-deps --target TRITON_DIR triton==X`
 
 Prints JSON lines: first {"triton": version, "path": where it was imported from}, then one line per
-(kernel, dtype): {"kernel", "dtype", "ok", "seconds"} and, where it did not compile, "error".
+(kernel, dtype, config): {"kernel", "dtype", "config", "ok", "seconds"} and, where it did not compile, "error".
+"config" is "default", or the name of one of DESCRIPTOR_CONFIGS: the GEMM variants that read through host
+tensor descriptors (autotune builds those itself, so Triton's handling of them is checked too).
 """
 
 from __future__ import annotations
@@ -28,6 +30,13 @@ H100_PROPERTIES = {"max_shared_mem": 232448, "multiprocessor_count": 132, "max_n
 """The H100's, as Triton's CUDA driver reports them. Loading a kernel, Triton refuses one whose shared memory
 is over max_shared_mem (227 KiB, what one H100 program may opt into)."""
 MAX_THREADS_PER_BLOCK = 1024
+DESCRIPTOR_CONFIGS = {
+    "tma": ("matmul", {"variant": "tma", "BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 32, "GROUP_M": 1, "SPLIT_K": 2,
+                       "num_warps": 4, "num_stages": 2}),
+    "tma_persistent": ("linear", {"variant": "tma_persistent", "BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 32,
+                                  "GROUP_M": 4, "SPLIT_K": 1, "num_warps": 4, "num_stages": 2}),
+}
+"""Configs launched besides the defaults, by name: (kernel, config)."""
 NOT_LOADED = "not loaded"  # stands for the CUmodule and CUfunction a real driver would hand back
 ERROR_CHARS = 4000
 
@@ -76,8 +85,8 @@ def describe(error: BaseException) -> str:
 
 
 def compile_defaults() -> None:
-    """Launches (so compiles) each shipped kernel's default config on its first interpreter preset, a small
-    problem, in each dtype the kernel takes on a GPU; prints one JSON line each."""
+    """Launches (so compiles) each shipped kernel's default config, and DESCRIPTOR_CONFIGS, on the kernel's first
+    interpreter preset, a small problem, in each dtype the kernel takes on a GPU; prints one JSON line each."""
     import torch
 
     with warnings.catch_warnings():
@@ -87,15 +96,17 @@ def compile_defaults() -> None:
     # mlp's default variant calls linear at linear's tuned configs, of which there are none for this "GPU":
     # linear's default config then, said once in a warning.
     warnings.simplefilter("ignore", runtime.NoTunedConfigsWarning)
-    for name in registry.shipped():
+    launches = [(name, "default", None) for name in registry.shipped()]
+    launches += [(name, label, config) for label, (name, config) in DESCRIPTOR_CONFIGS.items()]
+    for name, label, config in launches:
         spec = registry.get(name)
         problem = (spec.interpreter_presets or spec.presets)[0]
         for dtype in spec.dtypes:
             start = time.perf_counter()
-            result: dict[str, object] = {"kernel": name, "dtype": str(dtype).removeprefix("torch.")}
+            result: dict[str, object] = {"kernel": name, "dtype": str(dtype).removeprefix("torch."), "config": label}
             try:
                 inputs = spec.make_inputs(problem, dtype, torch.device("cpu"), 0)
-                spec.launch(inputs, dict(spec.space.default), outputs_like(spec.baseline(inputs)))
+                spec.launch(inputs, dict(config or spec.space.default), outputs_like(spec.baseline(inputs)))
                 result["ok"] = True
             except Exception as e:
                 result.update(ok=False, error=describe(e))

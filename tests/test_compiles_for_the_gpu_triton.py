@@ -58,10 +58,23 @@ def test_it_compiles_with_the_gpu_triton(compiled):
     assert header["triton"] == GPU_TRITON_VERSION, f"compiled with Triton {header['triton']} from {header['path']}"
 
 
-def test_every_shipped_default_config_compiles_for_hopper(compiled):
-    _, lines = compiled
-    assert {(line["kernel"], line["dtype"]) for line in lines} == {(k, d) for k in registry.shipped() for d in DTYPES}
-    failures = [f"{line['kernel']} {line['dtype']}:\n{line['error']}" for line in lines if not line["ok"]]
+def assert_compiled(lines: list[dict]) -> None:
+    failures = [f"{line['kernel']} {line['dtype']} {line['config']}:\n{line['error']}" for line in lines if not line["ok"]]
     if failures:
         summary = f"{len(failures)} of {len(lines)} do not compile for sm_90"
         pytest.fail(f"{summary}:\n\n" + "\n\n".join(failures), pytrace=False)
+
+
+def test_every_shipped_default_config_compiles_for_hopper(compiled):
+    _, lines = compiled
+    defaults = [line for line in lines if line["config"] == "default"]
+    assert {(line["kernel"], line["dtype"]) for line in defaults} == {(k, d) for k in registry.shipped() for d in DTYPES}
+    assert_compiled(defaults)
+
+
+def test_the_gemms_descriptor_variants_compile_for_hopper_from_autotunes_host_descriptors(compiled):
+    _, lines = compiled
+    variants = [line for line in lines if line["config"] != "default"]
+    assert {(line["kernel"], line["config"]) for line in variants} == {("matmul", "tma"), ("linear", "tma_persistent")}
+    assert {line["dtype"] for line in variants} == DTYPES
+    assert_compiled(variants)

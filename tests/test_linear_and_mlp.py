@@ -12,6 +12,7 @@ import torch
 import torch.nn.functional as F
 
 from autotune import runtime
+from autotune.kernels import _gemm
 from autotune.kernels import _matmul_problems as problems_
 from autotune.kernels import linear, matmul, mlp
 from autotune.kernels.matmul import LINEAR, apply_activation
@@ -208,6 +209,26 @@ def test_public_calls_launch_the_stored_configs(user_db):
         linear(x, w1)
     torch.testing.assert_close(y, F.linear(F.gelu(F.linear(x, w1), approximate="tanh"), w2), atol=1e-4, rtol=1e-4)
     assert launches == [("mlp", fused), ("linear", stored)]
+
+
+def test_repeated_calls_plan_their_launch_once_per_shape_and_layout_and_check_each_address(user_db, monkeypatch):
+    tma = SPACE.with_overrides(variant="tma", BLOCK_M=32, BLOCK_N=64, BLOCK_K=32, GROUP_M=1, num_stages=2)
+    store_best(user_db, LINEAR, "m=32,n=64,k=32,b=1", tma)
+    planned = []
+    plan = _gemm.plan
+    monkeypatch.setattr(_gemm, "plan", lambda *args, **kw: planned.append(args[:4]) or plan(*args, **kw))
+    w, bias = torch.randn(64, 32), torch.randn(64)
+    aligned = torch.randn(32, 32)
+    off_by_4_bytes = torch.randn(32 * 32 + 1)[1:].view(32, 32)  # aligned's shape and strides at another address
+    transposed = torch.randn(32, 32).t()
+    with runtime.record_launches() as launches:
+        for x in (aligned, off_by_4_bytes, transposed, aligned, off_by_4_bytes):
+            want = F.gelu(F.linear(x.double(), w.double(), bias.double()))
+            torch.testing.assert_close(linear(x, w, bias, "gelu").double(), want, rtol=1e-5, atol=1e-5)
+    assert launches == [("linear", tma)] * 5
+    # one plan per layout; the TMA unit cannot read the unaligned x, which takes pointers (its descriptor, if
+    # built, would refuse the address)
+    assert planned == [((1, 32, 32), (0, 32, 1), (1, 32, 64), (0, 1, 32)), ((1, 32, 32), (0, 1, 32), (1, 32, 64), (0, 1, 32))]
 
 
 @pytest.mark.parametrize(

@@ -136,28 +136,38 @@ def test_gradients_match_torch_and_reach_a_broadcast_operand():
 
 
 def test_descriptors_read_aligned_operands_in_either_orientation_and_refuse_the_rest():
+    def read(t: torch.Tensor):
+        described = _gemm.describe(t.shape, t.stride(), t.dtype, 32, 16)
+        return described and (described.shape, described.block, described.transposed, described.batched)
+
     rows = torch.randn(1, 48, 40, dtype=torch.float16)
     cols = torch.randn(1, 40, 48, dtype=torch.float16).transpose(1, 2)
-    assert _gemm.descriptor(rows, 32, 16)[1:] == (False, False)
-    assert _gemm.descriptor(cols, 32, 16)[1:] == (True, False)
-    assert _gemm.descriptor(torch.randn(3, 48, 40), 32, 16)[1:] == (False, True)
-    assert _gemm.descriptor(torch.randn(48, 40).expand(3, 48, 40), 32, 16)[1:] == (False, False)  # broadcast: one matrix
+    assert read(rows) == ([48, 40], [32, 16], False, False)
+    assert read(cols) == ([40, 48], [16, 32], True, False)
+    assert read(torch.randn(3, 48, 40)) == ([3, 48, 40], [1, 32, 16], False, True)
+    assert read(torch.randn(48, 40).expand(3, 48, 40)) == ([48, 40], [32, 16], False, False)  # broadcast: one matrix
     for refused in (torch.randn(1, 48, 80)[:, :, ::2], torch.randn(1, 48, 41, dtype=torch.float16),
                     torch.randn(1, 48, 41)[:, :, 1:], torch.randn(1, 0, 40)):
-        assert _gemm.descriptor(refused, 32, 16) is None
+        assert read(refused) is None
 
 
 def test_float32_reads_a_b_stored_along_k_from_a_row_major_copy_from_512_rows_on():
     many = _gemm.FMA_ROW_MAJOR_MIN_M
+
+    def copy_of(a: torch.Tensor, b: torch.Tensor):
+        return _gemm.plan(a.shape, a.stride(), b.shape, b.stride(), (0, b.shape[2], 1), a.dtype, SPACE.default).b_copy
+
     w_t = torch.randn(1, 40, 24).transpose(1, 2)  # linear's w.T: (K, N), unit stride down the columns
-    copied = _gemm.row_major_for_fma(w_t, many)
-    assert copied.is_contiguous() and torch.equal(copied, w_t)
+    assert copy_of(torch.randn(1, many, 24), w_t) == ((1, 24, 40), w_t.stride())
     broadcast = torch.randn(40, 24).t().expand(3, 24, 40)
-    once = _gemm.row_major_for_fma(broadcast, many)
-    assert once.stride(0) == 0 and once[0].is_contiguous() and torch.equal(once, broadcast)
-    row_major = torch.randn(1, 24, 40)
-    for kept, m in [(w_t, many - 1), (w_t.half(), many), (row_major, many)]:
-        assert _gemm.row_major_for_fma(kept, m) is kept  # few rows, a half type, already row-major
+    assert copy_of(torch.randn(3, many, 24), broadcast) == ((1, 24, 40), broadcast.stride())  # one copy, still broadcast
+    batched = torch.randn(3, 40, 24).transpose(1, 2)
+    assert copy_of(torch.randn(3, many, 24), batched) == ((3, 24, 40), batched.stride())
+    for a, kept in [(torch.randn(1, many - 1, 24), w_t), (torch.randn(1, many, 24).half(), w_t.half()),
+                    (torch.randn(1, many, 24), torch.randn(1, 24, 40))]:
+        assert copy_of(a, kept) is None  # few rows, a half type, already row-major
+    a = torch.randn(3, many, 24)
+    torch.testing.assert_close(matmul(a, broadcast).double(), a.double() @ broadcast.double(), rtol=1e-5, atol=1e-5)
 
 
 def test_linear_in_float32_with_the_row_major_copy_matches_float64():
@@ -242,7 +252,9 @@ def test_float32_stays_in_budget_along_a_long_k_on_the_gpu(name):
 @pytest.mark.gpu
 def test_tma_variants_read_through_descriptors_on_the_gpu():
     a = torch.randn(1, 1024, 1024, device="cuda", dtype=torch.bfloat16)
-    assert _gemm.descriptor(a, 128, 64) is not None and _gemm.descriptor(a.transpose(1, 2), 128, 64)[1]
+    assert _gemm.describe(a.shape, a.stride(), a.dtype, 128, 64).at(a).base is a
+    at = a.transpose(1, 2)
+    assert _gemm.describe(at.shape, at.stride(), at.dtype, 128, 64).transposed
     from autotune.search_spaces.matmul import tma_available
 
     assert tma_available() == (torch.cuda.get_device_capability() >= (9, 0))

@@ -13,9 +13,17 @@ TF32), as torch does with torch.backends.cuda.matmul.allow_tf32 off, its default
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Sequence
+
 import torch
 import triton
 import triton.language as tl
+
+try:
+    from triton.tools.tensor_descriptor import TensorDescriptor
+except ImportError:  # an older Triton, without host descriptors: tma_available() is False, no "tma" config runs
+    TensorDescriptor = None
 
 from autotune import gpu
 from autotune.kernels._grid import cdiv
@@ -30,8 +38,8 @@ _DESCRIPTOR_ALIGNMENT = 16
 FMA_ROW_MAJOR_MIN_M = 512
 """In IEEE float32 (products on the FMA units) a b operand stored along K (unit stride down its columns, as
 linear's w.T) runs 2-3x slower than a row-major one (benchmarks/results/fp32-layout-probe-H100-2026-11-24.md).
-From this many rows of a on, `gemm` multiplies a row-major copy of b instead: the copy reads and writes b once,
-about 2% of an 8192-row product's time, less than 25% of the product at 512 rows."""
+From this many rows of a on, `gemm` multiplies a row-major copy of b instead (`reads_row_major_copy`): the copy
+reads and writes b once, about 2% of an 8192-row product's time, less than 25% of the product at 512 rows."""
 
 
 @triton.jit
@@ -257,35 +265,153 @@ def precision(dtype: torch.dtype) -> str:
     return "ieee" if dtype == torch.float32 else "tf32"
 
 
-def descriptor(t: torch.Tensor, block_rows: int, block_cols: int):
-    """A host tensor descriptor for (block_rows, block_cols) blocks of the (B, R, C) t: (descriptor,
-    transposed, batched), or None where the TMA unit cannot read t (unit stride in neither of the last two
-    dims, an address or stride off 16 bytes, an empty dim). A matrix with unit row stride is described
-    through its transpose; a batch of one matrix, or one broadcast (batch stride 0), through a 2-D one."""
-    from triton.tools.tensor_descriptor import TensorDescriptor
+@dataclasses.dataclass(frozen=True)
+class Described:
+    """How the TMA unit reads one (B, R, C) operand: the shape, strides and block of the matrix a descriptor
+    describes (the transpose's where `transposed`; with the batch dim in front where `batched`)."""
 
-    batched = t.shape[0] > 1 and t.stride(0) != 0
-    view = t if batched else t[0]
-    blocks = [block_rows, block_cols]
-    transposed = view.stride(-1) != 1
+    shape: list[int]
+    strides: list[int]
+    block: list[int]
+    transposed: bool
+    batched: bool
+    template: dict = dataclasses.field(repr=False, compare=False)
+    """The fields of a descriptor of this layout, checked once by TensorDescriptor (at address 0)."""
+
+    @classmethod
+    def of(cls, shape: list[int], strides: list[int], block: list[int], transposed: bool, batched: bool,
+           dtype: torch.dtype) -> Described:
+        checked = TensorDescriptor(torch.empty(0, dtype=dtype), shape, strides, block)
+        return cls(shape, strides, block, transposed, batched, vars(checked))
+
+    def at(self, base: torch.Tensor) -> TensorDescriptor:
+        """A host tensor descriptor of this layout at base's address, the operand's first element (base's own
+        shape and strides are not read). TensorDescriptor's checks ran on the template, and `run` checks the
+        address: the per-call copy skips them (about 5 us of host time each)."""
+        desc = object.__new__(TensorDescriptor)
+        vars(desc).update(self.template, base=base)
+        return desc
+
+
+def describe(shape: Sequence[int], strides: Sequence[int], dtype: torch.dtype, block_rows: int,
+             block_cols: int) -> Described | None:
+    """How the TMA unit reads (block_rows, block_cols) blocks of a (B, R, C) operand of these shape and strides,
+    or None where it cannot (unit stride in neither of the last two dims, a stride off 16 bytes, an empty
+    dim). A matrix with unit row stride is described through its transpose; a batch of one matrix, or one
+    broadcast (batch stride 0), through a 2-D descriptor. Its address is checked per call (`run`)."""
+    batch, s_batch = shape[0], strides[0]
+    dims, steps, blocks = list(shape[1:]), list(strides[1:]), [block_rows, block_cols]
+    transposed = steps[1] != 1
     if transposed:
-        view = view.transpose(-1, -2)
+        dims.reverse()
+        steps.reverse()
         blocks.reverse()
-    if view.stride(-1) != 1 or 0 in view.shape or view.data_ptr() % _DESCRIPTOR_ALIGNMENT:
+    if steps[1] != 1 or 0 in dims:
         return None
-    if any(s * view.element_size() % _DESCRIPTOR_ALIGNMENT for s in view.stride()[:-1]):
+    batched = batch > 1 and s_batch != 0
+    if batched:
+        dims, steps, blocks = [batch, *dims], [s_batch, *steps], [1, *blocks]
+    if any(s * dtype.itemsize % _DESCRIPTOR_ALIGNMENT for s in steps[:-1]):
         return None
-    return TensorDescriptor(view, list(view.shape), list(view.stride()), ([1] if batched else []) + blocks), transposed, batched
+    return Described.of(dims, steps, blocks, transposed, batched, dtype)
 
 
-def row_major_for_fma(b: torch.Tensor, m: int) -> torch.Tensor:
-    """b (B, K, N), or a row-major copy of it where IEEE float32 products read that faster: float32, at least
-    FMA_ROW_MAJOR_MIN_M rows of a, b stored along K. A broadcast batch (stride 0) is copied once."""
-    if precision(b.dtype) != "ieee" or m < FMA_ROW_MAJOR_MIN_M or b.stride(1) != 1 or b.stride(2) == 1:
-        return b
-    if b.shape[0] > 1 and b.stride(0) == 0:
-        return b[:1].contiguous().expand(b.shape)
-    return b.contiguous()
+def reads_row_major_copy(dtype: torch.dtype, m: int, b_strides: Sequence[int]) -> bool:
+    """Whether gemm multiplies a row-major copy of b (B, K, N): IEEE float32 products (FMA units) read a b
+    stored along K (unit stride down its columns, as linear's w.T) 2-3x slower than a row-major one, and from
+    FMA_ROW_MAJOR_MIN_M rows of a on the copy costs less than that."""
+    return precision(dtype) == "ieee" and m >= FMA_ROW_MAJOR_MIN_M and b_strides[1] == 1 and b_strides[2] != 1
+
+
+@dataclasses.dataclass(frozen=True)
+class Launch:
+    """Everything gemm derives from a call's shapes, strides, dtype, epilogue and config: built once per kind
+    of call (`plan`), so a repeated call only allocates, checks two addresses and launches (`run`)."""
+
+    config: dict
+    empty: bool
+    b_copy: tuple[tuple[int, ...], tuple[int, ...]] | None
+    """(shape, strides) of the view of b to copy row-major before the product, or None."""
+    a_read: Described | None
+    b_read: Described | None
+    """How the TMA unit reads each operand; both None where the variant reads through pointers."""
+    grid: tuple[int, ...]
+    args: tuple[int, ...]
+    """The kernel's arguments after the six tensors: sizes and strides."""
+    pointer_meta: dict
+    descriptor_meta: dict
+    """The constexprs and launch options, reading through pointers or through descriptors."""
+    workspace: tuple[int, ...] | None
+    """The split-K partials' float32 shape, or None."""
+    sum_grid: tuple[int, ...]
+    sum_args: tuple[int, ...]
+    sum_meta: dict
+
+
+def plan(a_shape: Sequence[int], a_strides: Sequence[int], b_shape: Sequence[int], b_strides: Sequence[int],
+         y_strides: Sequence[int], dtype: torch.dtype, config: dict, *, bias: bool = False, pre: bool = False,
+         activation: str = "none") -> Launch:
+    """The launch of y = activation(a @ b + bias) (with the pre-activation stored where `pre`) for a (B, M, K),
+    b (B, K, N) and y (B, M, N) of these shapes and strides in dtype, with one config (see `gemm`)."""
+    batch, m, k = a_shape
+    n = b_shape[2]
+    b_strides = tuple(b_strides)
+    b_copy = None
+    if reads_row_major_copy(dtype, m, b_strides):
+        copies = batch if batch > 1 and b_strides[0] != 0 else 1
+        b_copy = ((copies, k, n), b_strides)
+        b_strides = (k * n if copies > 1 else 0, n, 1)
+    block_m, block_n, block_k, split = config["BLOCK_M"], config["BLOCK_N"], config["BLOCK_K"], config["SPLIT_K"]
+    variant = config["variant"]
+    persistent = variant.endswith("persistent")
+    if persistent:
+        split = 1
+    a_read = b_read = None
+    if variant.startswith("tma"):
+        a_read = describe(a_shape, a_strides, dtype, block_m, block_k)
+        b_read = describe((batch, k, n), b_strides, dtype, block_k, block_n)
+        if a_read is None or b_read is None:
+            a_read = b_read = None
+    n_tiles = cdiv(m, block_m) * cdiv(n, block_n) * batch
+    epilogue = dict(ACTIVATION=ACTIVATIONS[activation], HAS_BIAS=bias, STORE_PRE=pre)
+    meta = dict(**epilogue, PRECISION=precision(dtype), BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k,
+                GROUP_M=config["GROUP_M"], SPLIT_K=split, EVEN_K=k % block_k == 0, PERSISTENT=persistent, TMA=False,
+                A_T=False, B_T=False, A_BATCHED=False, B_BATCHED=False,
+                num_warps=config["num_warps"], num_stages=config["num_stages"])
+    descriptor_meta = meta
+    if a_read is not None:
+        descriptor_meta = dict(meta, TMA=True, A_T=a_read.transposed, B_T=b_read.transposed,
+                               A_BATCHED=a_read.batched, B_BATCHED=b_read.batched)
+    return Launch(
+        config=config, empty=m * n * batch == 0, b_copy=b_copy, a_read=a_read, b_read=b_read,
+        grid=(min(n_tiles, sm_count()),) if persistent else (n_tiles, split),
+        args=(m, n, k, batch, *a_strides, *b_strides, *y_strides),
+        pointer_meta=meta, descriptor_meta=descriptor_meta,
+        workspace=(split, batch, m, n) if split > 1 else None,
+        sum_grid=(cdiv(m, SUM_BLOCK) * cdiv(n, SUM_BLOCK) * batch,), sum_args=(m, n, batch, *y_strides),
+        sum_meta=dict(**epilogue, SPLIT_K=split, BLOCK=SUM_BLOCK, num_warps=4),
+    )
+
+
+def run(launch: Launch, a: torch.Tensor, b: torch.Tensor, y: torch.Tensor, *, bias: torch.Tensor | None = None,
+        z: torch.Tensor | None = None) -> None:
+    """Launch a plan on tensors at the addresses of a, b and y (and z, bias): each tensor's first element,
+    its shape and strides being the plan's (a view's own are not read)."""
+    if launch.empty:
+        return
+    if launch.b_copy is not None:
+        b = b.as_strided(*launch.b_copy).contiguous()
+    a_arg, b_arg, meta = a, b, launch.pointer_meta
+    if launch.a_read is not None and not (a.data_ptr() % _DESCRIPTOR_ALIGNMENT or b.data_ptr() % _DESCRIPTOR_ALIGNMENT):
+        a_arg, b_arg, meta = launch.a_read.at(a), launch.b_read.at(b), launch.descriptor_meta
+    z = y if z is None else z
+    bias = y if bias is None else bias
+    if launch.workspace is None:
+        _gemm_kernel[launch.grid](a_arg, b_arg, y, z, bias, y, *launch.args, **meta)
+        return
+    ws = torch.empty(launch.workspace, dtype=torch.float32, device=y.device)
+    _gemm_kernel[launch.grid](a_arg, b_arg, y, z, bias, ws, *launch.args, **meta)
+    _split_k_sum_kernel[launch.sum_grid](ws, y, z, bias, *launch.sum_args, **launch.sum_meta)
 
 
 def gemm(a: torch.Tensor, b: torch.Tensor, y: torch.Tensor, config: dict, *, bias: torch.Tensor | None = None,
@@ -293,37 +419,8 @@ def gemm(a: torch.Tensor, b: torch.Tensor, y: torch.Tensor, config: dict, *, bia
     """y = activation(a @ b + bias) with one config, for a (B, M, K), b (B, K, N), y (B, M, N) of one dtype,
     any strides (a batch stride of 0 broadcasts one matrix); bias (N,) contiguous. With z (y's shape and
     strides), also z = a @ b + bias, the pre-activation. A "tma" variant reads operands the TMA unit
-    cannot (see `descriptor`) through pointers, with the same tiles."""
-    batch, m, k = a.shape
-    n = b.shape[2]
-    if y.numel() == 0:
-        return
-    b = row_major_for_fma(b, m)
-    block_m, block_n, block_k, split = config["BLOCK_M"], config["BLOCK_N"], config["BLOCK_K"], config["SPLIT_K"]
-    variant = config["variant"]
-    persistent = variant.endswith("persistent")
-    if persistent:
-        split = 1
-    descs = None
-    if variant.startswith("tma"):
-        a_desc, b_desc = descriptor(a, block_m, block_k), descriptor(b, block_k, block_n)
-        descs = (a_desc, b_desc) if a_desc and b_desc else None
-    n_tiles = cdiv(m, block_m) * cdiv(n, block_n) * batch
-    ws = torch.empty((split, batch, m, n), dtype=torch.float32, device=y.device) if split > 1 else y
-    grid = (min(n_tiles, sm_count()),) if persistent else (n_tiles, split)
-    epilogue = dict(ACTIVATION=ACTIVATIONS[activation], HAS_BIAS=bias is not None, STORE_PRE=z is not None)
-    _gemm_kernel[grid](
-        descs[0][0] if descs else a, descs[1][0] if descs else b, y, y if z is None else z,
-        y if bias is None else bias, ws, m, n, k, batch, *a.stride(), *b.stride(), *y.stride(),
-        **epilogue, PRECISION=precision(a.dtype), BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k,
-        GROUP_M=config["GROUP_M"], SPLIT_K=split, EVEN_K=k % block_k == 0, PERSISTENT=persistent, TMA=descs is not None,
-        A_T=bool(descs) and descs[0][1], B_T=bool(descs) and descs[1][1],
-        A_BATCHED=bool(descs) and descs[0][2], B_BATCHED=bool(descs) and descs[1][2],
-        num_warps=config["num_warps"], num_stages=config["num_stages"],
-    )
-    if split > 1:
-        sum_tiles = cdiv(m, SUM_BLOCK) * cdiv(n, SUM_BLOCK) * batch
-        _split_k_sum_kernel[(sum_tiles,)](
-            ws, y, y if z is None else z, y if bias is None else bias, m, n, batch, *y.stride(),
-            **epilogue, SPLIT_K=split, BLOCK=SUM_BLOCK, num_warps=4,
-        )
+    cannot (see `describe`) through pointers, with the same tiles. Plans the launch on every call: a caller
+    that repeats calls keeps the `plan` and calls `run`."""
+    launch = plan(a.shape, a.stride(), b.shape, b.stride(), y.stride(), a.dtype, config, bias=bias is not None,
+                  pre=z is not None, activation=activation)
+    run(launch, a, b, y, bias=bias, z=z)

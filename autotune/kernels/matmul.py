@@ -68,12 +68,23 @@ def matmul_batched(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """The tuned a @ b for a (B, M, K) and b (B, K, N): a new contiguous (B, M, N)."""
     batch, m, k = a.shape
     n = b.shape[2]
+    launch = _TUNED_MATMUL.derived(
+        (a.dtype, a.shape, a.stride(), b.shape, b.stride()),
+        lambda: _gemm.plan(a.shape, a.stride(), b.shape, b.stride(), (m * n, n, 1), a.dtype,
+                           _config(_TUNED_MATMUL, a.dtype, m, n, k, batch if batch > 1 else 0)),
+    )
     y = torch.empty((batch, m, n), dtype=a.dtype, device=a.device)
-    if y.numel():
-        config = _config(_TUNED_MATMUL, a.dtype, m, n, k, batch if batch > 1 else 0)
-        runtime.note_launch("matmul", config)
-        _gemm.gemm(a, b, y, config)
+    if not launch.empty:
+        runtime.note_launch("matmul", launch.config)
+        _gemm.run(launch, a, b, y)
     return y
+
+
+def _linear_plan(dtype: torch.dtype, m: int, n: int, k: int, x_strides: tuple[int, ...], w_strides: tuple[int, ...],
+                 bias: bool, pre: bool, activation: str) -> _gemm.Launch:
+    """The GEMM launch of linear_rows: x (M, K) as a batch of one, weight (N, K) read as its transpose."""
+    return _gemm.plan((1, m, k), (0, *x_strides), (1, k, n), (0, w_strides[1], w_strides[0]), (0, n, 1), dtype,
+                      _config(_TUNED_LINEAR, dtype, m, n, k, 0), bias=bias, pre=pre, activation=activation)
 
 
 def linear_rows(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, activation: str,
@@ -81,13 +92,16 @@ def linear_rows(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None
     """The tuned activation(x @ weight.T + bias) for a 2-D x: (y, the pre-activation or an empty tensor)."""
     m, k = x.shape
     n = weight.shape[0]
+    has_bias = bias is not None
+    launch = _TUNED_LINEAR.derived(
+        (x.dtype, m, n, k, x.stride(), weight.stride(), has_bias, save_pre, activation),
+        lambda: _linear_plan(x.dtype, m, n, k, x.stride(), weight.stride(), has_bias, save_pre, activation),
+    )
     y = torch.empty((m, n), dtype=x.dtype, device=x.device)
     z = torch.empty_like(y) if save_pre else y.new_empty(0)
-    if y.numel():
-        config = _config(_TUNED_LINEAR, x.dtype, m, n, k, 0)
-        runtime.note_launch("linear", config)
-        _gemm.gemm(x.unsqueeze(0), weight.t().unsqueeze(0), y.unsqueeze(0), config, bias=bias,
-                   z=z.unsqueeze(0) if save_pre else None, activation=activation)
+    if not launch.empty:
+        runtime.note_launch("linear", launch.config)
+        _gemm.run(launch, x, weight, y, bias=bias, z=z if save_pre else None)
     return y, z
 
 
