@@ -125,7 +125,8 @@ def test_the_matmul_family_ships_an_h100_row_for_every_preset(kernel, dtype):
 @pytest.mark.parametrize("kernel, dtype", [
     *[(k, "bf16") for k in ("vector_add", "softmax", "layer_norm", "rms_norm", "group_norm",
                             "layer_norm_backward", "rms_norm_backward", "group_norm_backward")],
-    *[(k, "fp16") for k in ("vector_add", "softmax", "layer_norm", "rms_norm")]])
+    *[(k, "fp16") for k in ("vector_add", "softmax", "layer_norm", "rms_norm", "group_norm",
+                            "layer_norm_backward", "rms_norm_backward", "group_norm_backward")]])
 def test_the_memory_bound_kernels_ship_an_h200_row_for_every_preset_measured_on_an_h200(kernel, dtype):
     # Issue 7: the H200 as far as device time allowed; each row searched and db-verified on that GPU.
     spec = autotune.get(kernel)
