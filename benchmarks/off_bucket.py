@@ -27,9 +27,17 @@ DEFAULT_SHAPES = {
     "rms_norm": ["4096x5120+res", "12288x2048+res"],
     "group_norm": ["4x256x48x48,groups=32,activation=silu"],
     "matmul": ["3072x3072x3072", "6144x4096x11008"],
+    "linear": ["6144x4096x11008,bias,gelu_tanh"],
+    "mlp": ["4096x2048x8192x2048,bias,gelu_tanh"],
+    "layer_norm_backward": ["4096x5120+res", "12288x2048+res"],
+    "rms_norm_backward": ["4096x5120+res", "12288x2048+res"],
+    "group_norm_backward": ["4x256x48x48,groups=32,activation=silu"],
+    "flash_attn": ["4x16x3072x128+causal", "8x16x1536x64"],
+    "flash_attn_backward": ["4x16x3072x128+causal", "8x16x1536x64"],
 }
 """Between the buckets of the shipped rows: in a stored bucket off its timed problem (softmax 4096x6144 and
-3000x3000, matmul 3072^3), or in a bucket with no row, served by the nearest."""
+3000x3000, matmul 3072^3, linear, attention), or in a bucket with no row, served by the nearest (the norms'
+backwards, mlp)."""
 
 
 def table(result: dict) -> str:

@@ -12,7 +12,7 @@ import sys
 import pytest
 import torch
 
-from autotune import db, offbucket
+from autotune import db, offbucket, registry
 from autotune.kernels import fused_softmax as softmax, vector_add
 from autotune.verify import check_problem
 from stored_rows import store_best
@@ -95,7 +95,8 @@ SCRIPT = ROOT / "benchmarks" / "off_bucket.py"
 @pytest.mark.parametrize("args, message", [
     (["--kernel", "nope"], "unknown kernel 'nope'"),
     (["--kernel", "softmax", "--shape", "softmax=4096xabc"], "--shape for softmax: shape '4096xabc'"),
-    (["--kernel", "flash_attn"], "no built-in off-bucket shapes for flash_attn: pass --shape flash_attn=SPEC"),
+    (["--kernel", "wrong_kernels:TAIL_BUG_ADD"],
+     "no built-in off-bucket shapes for wrong_kernels:TAIL_BUG_ADD: pass --shape wrong_kernels:TAIL_BUG_ADD=SPEC"),
     (["--kernel", "vector_add", "--kernel", "softmax", "--dtype", "fp32", "--shape", "vector_add=3000", "--shape", "softmax=8x300"],
      "softmax 8x300: the stored row of bucket m=8,n=512 was tuned on this very problem"),
 ])
@@ -121,3 +122,10 @@ def test_the_script_writes_records_summary_and_environment(tmp_path, user_db):
     assert saved["summary"]["overall"]["mean"] == record["ratio"]
     table = (tmp_path / "ob.md").read_text()
     assert table in run.stdout and "| vector_add" in table and "Goal (mean ratio <= 1.10)" in table
+
+
+def test_every_shipped_kernel_has_built_in_off_bucket_shapes_that_its_spec_parses(benchmark_script):
+    shapes = benchmark_script("off_bucket").DEFAULT_SHAPES
+    assert sorted(shapes) == registry.shipped()
+    for name, specs in shapes.items():
+        assert specs and all(registry.get(name).parse_shape(s) for s in specs), name
