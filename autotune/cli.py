@@ -213,6 +213,8 @@ def search(kernel, gpu_name, dtypes, shapes, trials, timeout, sampler, db_url, s
                     def tick(outcome, best_ms):
                         bar.update(1)
                         bar.set_postfix_str(f"best {best_ms:.4g} ms" if best_ms else outcome.outcome)
+                        if outcome.outcome in FAULT_OUTCOMES:
+                            bar.write(_fault_line(label, outcome), file=sys.stderr)
 
                     def final_checked(config, verdict, seconds):
                         outcome = "passed" if verdict.passed else (
@@ -261,6 +263,9 @@ def _search_shared(spec, jobs, db_url, workers, gpus, options) -> list:
         except ValueError as exc:
             raise click.ClickException(str(exc)) from None
     for r in results:
+        for outcome in r.trials:
+            if outcome.outcome in FAULT_OUTCOMES:
+                click.echo(_fault_line(r.study_name, outcome), err=True)
         click.echo(f"{r.study_name}: {r.evaluations} evaluated in {len(r.trials)} trials; seconds: "
                    + ", ".join(f"{k} {v:.1f}" for k, v in r.seconds.items()), err=True)
     if any(r.best_config is None for r in results):
@@ -283,6 +288,15 @@ def worker(storage: str, studies: tuple[str, ...], worker_index: int | None) -> 
         raise click.ClickException(str(exc)) from None
     for name, count in ran.items():
         click.echo(f"{name}: {count} trial(s) run here")
+
+
+FAULT_OUTCOMES = ("compile_error", "error", "crashed", "timeout")
+"""Trial outcomes that say nothing about the config's speed or correctness: the search prints each with its reason
+(a config that is merely invalid or wrong is counted in the table; its failing problem is stored)."""
+
+
+def _fault_line(label: str, outcome) -> str:
+    return f"{label}: trial {outcome.number} {json.dumps(outcome.config)}: {outcome.outcome}: {outcome.reason}"
 
 
 def _search_row(spec: autotune.KernelSpec, r) -> dict:

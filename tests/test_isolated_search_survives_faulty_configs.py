@@ -97,6 +97,9 @@ def test_cli_search_with_a_trial_timeout_and_compile_ahead_survives_a_hang_and_a
     row = json.loads(result.stdout)[0]
     assert json.loads(row["best config"]) == {"mode": "fast"} and row["stored"] is True
     assert row["trials"] == "crashed:1 ok:2 timeout:1"
+    # each fault is printed as it happens, with its config and why: the table only counts them
+    assert re.search(r'trial \d+ \{"mode": "hang"\}: timeout: no result within', result.stderr), result.stderr
+    assert re.search(r'trial \d+ \{"mode": "segv"\}: crashed: the worker was killed by signal SIGSEGV', result.stderr), result.stderr
     assert int(re.search(r"(\d+) compiled ahead", result.stderr).group(1)) >= 1
     assert _evaluation_workers() == []
 
