@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -184,3 +185,12 @@ def test_a_shared_study_queues_the_same_first_trials_as_a_one_process_search(tmp
     study = optuna.load_study(study_name=name, storage=open_storage(storage))
     queued = [t.params or t.system_attrs["fixed_params"] for t in study.get_trials(states=(optuna.trial.TrialState.WAITING,))]
     assert queued == [vector_add.SPACE.default, given]
+
+
+def test_cli_shared_search_prints_each_faulty_trial_with_its_config_and_reason(tmp_path):
+    args = ["search", "wrong_kernels:STATIC_FAIL_ADD", "--dtype", "fp32", "--shape", "5000", "--trials", "3",
+            "--examples", "2", "--warm-start", '{"BLOCK_SIZE": 256}', "--workers", "2", "--db", str(tmp_path / "db.sqlite")]
+    run = CliRunner().invoke(main, args)
+    assert run.exit_code == 0, run.output
+    assert re.search(r'trial \d+ \{"BLOCK_SIZE": 256[^}]*\}: (compile_)?error: .*cannot be built with BLOCK_SIZE=256',
+                     run.stderr), run.stderr
