@@ -141,7 +141,7 @@ def _reverify_row(store: ConfigStore, row: BestRow, spec: KernelSpec | None, exa
         return skipped(f"config not in {spec.name}'s space (the runtime ignores it): {exc}")
     problem = row.problem
     edges = spec.edges_for(problem) if problem else []  # the problem it was timed on, and its bucket's edges
-    known = [failure] if (failure := row.recorded_failure) else []
+    known = [recorded] if (recorded := row.recorded_failure) else []
     dtype, asked = dtype_from_name(row.dtype), max(examples, row.examples_verified + 1)
     compiled = False
     try:
