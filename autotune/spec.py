@@ -66,6 +66,8 @@ class KernelSpec:
         error_floor: per output element (float64, shaped like the outputs), the size its error is measured
             against where the reference itself is smaller: for a sum that cancels, the typical size of such a
             sum of its terms, not the leftover. Without it an error is relative to the reference value.
+        distance: how far apart two of its bucket keys are, where the generic rule (`bucket_distance`: every
+            field alike) misjudges which stored config suits a bucket with no row of its own.
     """
 
     name: str
@@ -86,6 +88,7 @@ class KernelSpec:
     public: Callable[[Inputs], Any] | None = None
     vendor: Callable[[Inputs], Any] | None = None
     error_floor: Callable[[Inputs], Any] | None = None
+    distance: Callable[[str, str], float] | None = None
     dtype_in_problem: bool = False
     dtypes: tuple[torch.dtype, ...] = (torch.float32, torch.float16, torch.bfloat16)
     bound: str = "memory"  # "memory" or "compute": which roofline a result is judged against
@@ -125,8 +128,9 @@ class KernelSpec:
         return self.presets
 
     def bucket_distance(self, a: str, b: str) -> float:
-        """How far apart two bucket keys are (used to pick the nearest stored bucket)."""
-        return bucket_distance(a, b)
+        """How far apart two bucket keys are (used to pick the nearest stored bucket): the kernel's own
+        `distance` where it has one, else `bucket_distance`."""
+        return (self.distance or bucket_distance)(a, b)
 
 
 def _source_hash(spec: KernelSpec) -> str:

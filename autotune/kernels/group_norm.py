@@ -18,7 +18,7 @@ from autotune.kernels._group_norm_common import (
     dense_like_torch, flat_strides, INTERPRETER_PRESETS, lookup_config, make_forward_inputs, parse_shape, PRESETS,
     problems, problems_for_config, reference_forward, spatial_size,
 )
-from autotune.search_spaces.group_norm import SPACE, bucket, tile_shape
+from autotune.search_spaces.group_norm import SPACE, bucket, bucket_distance, tile_shape
 from autotune.spec import Inputs, KernelSpec
 from autotune.strategies import next_pow2
 
@@ -286,6 +286,7 @@ SPEC = KernelSpec(
     problems_for_config=lambda config, dtype, max_numel: problems_for_config(SPACE, config, max_numel),
     make_inputs=make_forward_inputs,
     bucket=bucket,
+    distance=bucket_distance,
     cost=lambda problem, dtype: cost(problem, dtype, streams=2, param_passes=1, flops_per_element=10),
     presets=PRESETS,
     interpreter_presets=INTERPRETER_PRESETS,

@@ -21,7 +21,7 @@ from autotune.kernels._group_norm_common import (
     INTERPRETER_PRESETS, lookup_config, make_forward_inputs, parse_shape, PRESETS, problems, problems_for_config,
     reference_forward, spatial_size, with_layout,
 )
-from autotune.search_spaces.group_norm import BACKWARD_SPACE, bucket, tile_shape
+from autotune.search_spaces.group_norm import BACKWARD_SPACE, bucket, bucket_distance, tile_shape
 from autotune.spec import Inputs, KernelSpec
 from autotune.strategies import next_pow2
 
@@ -368,6 +368,7 @@ SPEC = KernelSpec(
     problems_for_config=lambda config, dtype, max_numel: problems_for_config(BACKWARD_SPACE, config, max_numel),
     make_inputs=make_inputs,
     bucket=bucket,
+    distance=bucket_distance,
     cost=lambda problem, dtype: cost(problem, dtype, streams=3, param_passes=2, flops_per_element=20),
     presets=PRESETS,
     interpreter_presets=INTERPRETER_PRESETS,

@@ -16,6 +16,7 @@ from __future__ import annotations
 import math
 
 from autotune.space import Config, Param, Problem, SearchSpace, powers_of_two
+from autotune.spec import parse_bucket
 from autotune.strategies import next_pow2
 
 MIN_BLOCK = 16
@@ -176,3 +177,25 @@ def bucket(problem: Problem) -> str:
     bound by memory do not change which config is fastest enough to tune it separately."""
     rows, cg, hw = group_shape(problem)
     return f"ng={next_pow2(rows)},cg={next_pow2(cg)},hw={next_pow2(hw)},cl={int(channels_inner(problem))}"
+
+
+def bucket_distance(a: str, b: str) -> float:
+    """How far apart two buckets are in what decides the config: the elements a group holds (channels x
+    positions: they pick single, looped or split, and the block) and how many groups there are (the
+    parallelism), as |log2| differences, plus 1 where the layouts differ; infinite for a key that is not a
+    group_norm bucket. The generic rule, channels and positions apart, ranks a bucket whose groups have
+    the same channel count above one whose groups have the same size."""
+    fa, fb = _bucket_fields(a), _bucket_fields(b)
+    if fa is None or fb is None:
+        return math.inf
+    return (abs(math.log2(fa["cg"] * fa["hw"]) - math.log2(fb["cg"] * fb["hw"]))
+            + abs(math.log2(fa["ng"]) - math.log2(fb["ng"])) + abs(fa["cl"] - fb["cl"]))
+
+
+def _bucket_fields(key: str) -> dict[str, int] | None:
+    fields = parse_bucket(key)
+    try:
+        values = {name: int(fields[name]) for name in ("ng", "cg", "hw", "cl")}
+    except (KeyError, ValueError):
+        return None
+    return values if min(values["ng"], values["cg"], values["hw"]) > 0 else None
