@@ -120,6 +120,36 @@ def summarize(records: Sequence[dict]) -> dict:
     }
 
 
+
+RUN_FIELDS = ("date", "trials", "timeout", "torch", "triton")
+"""What each run of a merged result keeps of its own: records of different runs differ in these."""
+
+
+def merge(results: Sequence[dict]) -> dict:
+    """Several runs' results (each as `benchmarks/off_bucket.py` saves it) as one, in the order given: a later
+    run's record of a kernel, dtype and shape replaces an earlier run's, which is kept under "superseded". Each
+    record says which run it came from ("run": an index into "runs"); the summary covers the records kept.
+    ValueError for no results, or results measured on different GPUs."""
+    if not results:
+        raise ValueError("results: expected at least one off-bucket result to merge")
+    gpus = {r.get("gpu") for r in results}
+    if len(gpus) != 1:
+        raise ValueError(f"results were measured on different GPUs {sorted(map(str, gpus))}; expected one")
+    kept: dict[tuple, dict] = {}
+    superseded = []
+    for index, result in enumerate(results):
+        for record in result["records"]:
+            record = {**record, "dtype": record.get("dtype", result.get("dtype")), "run": index}
+            key = (record["kernel"], record["dtype"], record["shape"])
+            if key in kept:
+                superseded.append(kept[key])
+            kept[key] = record
+    last = results[-1]
+    return {**{k: v for k, v in last.items() if k not in ("records", "summary", "superseded", "runs")},
+            "runs": [{k: r.get(k) for k in RUN_FIELDS} for r in results],
+            "records": list(kept.values()), "superseded": superseded, "summary": summarize(list(kept.values()))}
+
+
 def _stats(ratios: list[float]) -> dict:
     return {"shapes": len(ratios), "mean": statistics.fmean(ratios), "geomean": statistics.geometric_mean(ratios),
             "worst": max(ratios), "exact_slower": sum(x < 1 for x in ratios)}

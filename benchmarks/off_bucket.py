@@ -3,18 +3,22 @@ a search of that exact shape; the goal is a mean of runtime ms / exact ms within
 
     python benchmarks/off_bucket.py --kernel softmax --kernel vector_add --dtype bf16 --timeout 25 --out NAME
     python benchmarks/off_bucket.py --kernel matmul --dtype bf16 --shape matmul=3072x3072x3072 --out NAME
+    python benchmarks/off_bucket.py --merge RUN1.json --merge RUN2.json --out NAME   # several runs as one report
 
 The runtime's config is what a call would launch here (exact bucket, nearest bucket or default, from the shipped
 database and $AUTOTUNE_DB); the exact search is `autotune search` on that one problem, stored nowhere. Both are
 timed in one process on the same random inputs (medians of triton.testing.do_bench). Shapes default to a few
 per kernel that no shipped row was tuned on. Writes NAME.json (GPU, versions, date, every record, the summary) and
-NAME.md after each kernel, so a run cut short keeps the kernels it finished.
+NAME.md after each kernel, so a run cut short keeps the kernels it finished. --merge measures nothing: it joins
+saved runs into one report, a later run's record of a shape replacing an earlier one's (listed as superseded).
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import json
+import pathlib
 
 from autotune import offbucket, registry, report  # first: autotune picks the Triton interpreter without a GPU
 from autotune.precompile import CompilePool, default_workers
@@ -41,18 +45,23 @@ backwards, mlp)."""
 
 
 def table(result: dict) -> str:
-    """The records as a table, then the summary per kernel and overall, and whether the goal is met."""
-    rows = [{"kernel": r["kernel"], "shape": r["shape"], "bucket": r["bucket"],
+    """The records as a table, then the summary per kernel and overall, and whether the goal is met; for a
+    merged result, each run's date and search budget, and the superseded records."""
+    runs = result.get("runs")
+    rows = [{**({"run": r["run"]} if runs else {}), "kernel": r["kernel"], "shape": r["shape"], "bucket": r["bucket"],
              "runtime config from": r["source"] + (f" {r['tuned_for']} ({r['tuned_on']})" if r["tuned_for"] else ""),
              "same config": r["same_config"], "evaluations": r["evaluations"], "search s": r["search_seconds"],
              "runtime ms": r.get("runtime_ms"), "exact ms": r.get("exact_ms"), "default ms": r.get("default_ms"),
              "ratio": r.get("ratio"), "note": r.get("error") or r.get("runtime_failure")} for r in result["records"]]
     summary = result["summary"]
-    budget = f"{result['trials']} evaluations" + (f", timeout {result['timeout']:g} s" if result["timeout"] else "")
     lines = [f"GPU: {result['gpu']} ({result['device_name']}); torch {result['torch']}; triton {result['triton']}; "
-             f"date {result['date']}", f"timings: {result['timing']}",
-             f"exact search: {budget}; ratio = runtime ms / exact ms (above 1: the exact search found a faster config)",
-             "", report.tabulated(rows)]
+             f"date {result['date']}", f"timings: {result['timing']}"]
+    if runs:
+        lines += [f"run {i}: {run['date']}, torch {run['torch']}, triton {run['triton']}; exact search: {_budget(run)}"
+                  for i, run in enumerate(runs)]
+    else:
+        lines.append(f"exact search: {_budget(result)}")
+    lines += ["ratio = runtime ms / exact ms (above 1: the exact search found a faster config)", "", report.tabulated(rows)]
     for name, s in [*summary["kernels"].items(), ("overall", summary["overall"])]:
         if s:
             lines.append(f"- {name}: mean {s['mean']:.3f}, geomean {s['geomean']:.3f}, worst {s['worst']:.3f} over "
@@ -60,7 +69,17 @@ def table(result: dict) -> str:
     if summary["unmeasured"]:
         lines.append(f"- {summary['unmeasured']} shape(s) without a ratio (see note)")
     lines.append(f"\nGoal (mean ratio <= {summary['goal']:.2f}): {'met' if summary['goal_met'] else 'NOT met'}")
+    if result.get("superseded"):
+        lines += ["", "Superseded by a later run's record of the same shape (not in the summary):", "",
+                  report.tabulated([{"run": r["run"], "kernel": r["kernel"], "shape": r["shape"],
+                                     "runtime config from": r["source"] + (f" {r['tuned_for']}" if r["tuned_for"] else ""),
+                                     "runtime ms": r.get("runtime_ms"), "exact ms": r.get("exact_ms"),
+                                     "ratio": r.get("ratio")} for r in result["superseded"]])]
     return "\n".join(lines) + "\n"
+
+
+def _budget(run: dict) -> str:
+    return f"{run['trials']} evaluations" + (f", timeout {run['timeout']:g} s" if run.get("timeout") else "")
 
 
 def main() -> None:
@@ -74,7 +93,19 @@ def main() -> None:
     parser.add_argument("--final-examples", type=int, default=100)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", required=True, help="output path without extension")
+    parser.add_argument("--merge", action="append", default=[], metavar="RUN.json",
+                        help="repeatable: join these saved runs (oldest first) into one report; measures nothing")
     args = parser.parse_args()
+    if args.merge:
+        if args.kernel or args.shape:
+            raise SystemExit("off_bucket.py: --merge measures nothing; drop --kernel and --shape")
+        try:
+            result = offbucket.merge([json.loads(pathlib.Path(path).read_text()) for path in args.merge])
+        except (OSError, ValueError, KeyError) as exc:
+            raise SystemExit(f"off_bucket.py: --merge: {exc}") from None
+        report.save(args.out, result, text := table(result))
+        print(text)
+        return
 
     kernels = args.kernel or list(DEFAULT_SHAPES)
     try:

@@ -129,3 +129,44 @@ def test_every_shipped_kernel_has_built_in_off_bucket_shapes_that_its_spec_parse
     assert sorted(shapes) == registry.shipped()
     for name, specs in shapes.items():
         assert specs and all(registry.get(name).parse_shape(s) for s in specs), name
+
+
+def _run(date, gpu="H100", **ratios):
+    """A saved run as off_bucket.py writes it, with one vector_add record per shape=ratio."""
+    records = [{"kernel": "vector_add", "dtype": "bf16", "shape": shape.lstrip("s"), "bucket": "n=4096", "source": "nearest",
+                "tuned_for": "n=1024", "tuned_on": "1000", "same_config": False, "evaluations": 3, "search_seconds": 1.0,
+                "runtime_ms": ratio, "exact_ms": 1.0, "default_ms": 2.0, "ratio": ratio, "runtime_failure": None}
+               for shape, ratio in ratios.items()]
+    return {"gpu": gpu, "device_name": f"NVIDIA {gpu}", "torch": "2.11", "triton": "3.6", "date": date,
+            "timing": "medians", "dtype": "bf16", "trials": 10, "timeout": 20.0, "records": records,
+            "summary": offbucket.summarize(records)}
+
+
+def test_merged_runs_keep_each_shapes_latest_record_and_list_the_one_it_replaced():
+    first, second = _run("day 1", s3000=1.9, s5000=1.05), _run("day 2", s3000=1.02, s7000=0.99)
+    merged = offbucket.merge([first, second])
+    assert [(r["shape"], r["ratio"], r["run"]) for r in merged["records"]] == [("3000", 1.02, 1), ("5000", 1.05, 0), ("7000", 0.99, 1)]
+    assert [(r["shape"], r["ratio"], r["run"]) for r in merged["superseded"]] == [("3000", 1.9, 0)]
+    assert merged["summary"]["overall"]["mean"] == pytest.approx(statistics.fmean([1.02, 1.05, 0.99]))
+    assert [run["date"] for run in merged["runs"]] == ["day 1", "day 2"] and merged["date"] == "day 2"
+    assert offbucket.merge([second, first])["records"][0]["ratio"] == 1.9  # order decides which is latest
+
+
+@pytest.mark.parametrize("results, message", [([], "at least one"), ([_run("d", "H100"), _run("d", "H200")], "different GPUs")])
+def test_runs_of_different_gpus_or_none_are_not_merged(results, message):
+    with pytest.raises(ValueError, match=message):
+        offbucket.merge(results)
+
+
+def test_the_script_merges_saved_runs_into_one_report(tmp_path, monkeypatch):
+    paths = []
+    for i, run in enumerate([_run("day 1", s3000=1.9), _run("day 2", s3000=1.02, s7000=0.99)]):
+        paths += ["--merge", str(tmp_path / f"run{i}.json")]
+        (tmp_path / f"run{i}.json").write_text(json.dumps(run))
+    monkeypatch.setattr(offbucket, "search", _no_search)
+    monkeypatch.setattr(sys, "argv", [str(SCRIPT), *paths, "--out", str(tmp_path / "all")])
+    runpy.run_path(str(SCRIPT), run_name="__main__")
+    saved = json.loads((tmp_path / "all.json").read_text())
+    assert [r["ratio"] for r in saved["records"]] == [1.02, 0.99] and saved["summary"]["goal_met"]
+    table = (tmp_path / "all.md").read_text()
+    assert "run 0: day 1" in table and "run 1: day 2" in table and "Superseded" in table and "1.9" in table
