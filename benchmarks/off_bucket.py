@@ -52,7 +52,8 @@ def table(result: dict) -> str:
              "runtime config from": r["source"] + (f" {r['tuned_for']} ({r['tuned_on']})" if r["tuned_for"] else ""),
              "same config": r["same_config"], "evaluations": r["evaluations"], "search s": r["search_seconds"],
              "runtime ms": r.get("runtime_ms"), "exact ms": r.get("exact_ms"), "default ms": r.get("default_ms"),
-             "ratio": r.get("ratio"), "note": r.get("error") or r.get("runtime_failure")} for r in result["records"]]
+             "ratio": r.get("ratio"), "note": r.get("error") or r.get("runtime_failure") or offbucket.left_out(r)}
+            for r in result["records"]]
     summary = result["summary"]
     lines = [f"GPU: {result['gpu']} ({result['device_name']}); torch {result['torch']}; triton {result['triton']}; "
              f"date {result['date']}", f"timings: {result['timing']}"]
@@ -68,6 +69,8 @@ def table(result: dict) -> str:
                          f"{s['shapes']} shape(s); the exact search did not beat the runtime on {s['exact_slower']}")
     if summary["unmeasured"]:
         lines.append(f"- {summary['unmeasured']} shape(s) without a ratio (see note)")
+    if summary.get("left_out"):
+        lines.append(f"- {summary['left_out']} shape(s) left out of the summary (see note)")
     lines.append(f"\nGoal (mean ratio <= {summary['goal']:.2f}): {'met' if summary['goal_met'] else 'NOT met'}")
     if result.get("superseded"):
         lines += ["", "Superseded by a later run's record of the same shape (not in the summary):", "",

@@ -170,3 +170,19 @@ def test_the_script_merges_saved_runs_into_one_report(tmp_path, monkeypatch):
     assert [r["ratio"] for r in saved["records"]] == [1.02, 0.99] and saved["summary"]["goal_met"]
     table = (tmp_path / "all.md").read_text()
     assert "run 0: day 1" in table and "run 1: day 2" in table and "Superseded" in table and "1.9" in table
+
+
+@pytest.mark.parametrize("change, reason", [
+    ({}, None),
+    ({"exact_ms": 1.2}, None),  # within 25% of the search's own time
+    ({"exact_ms": 2.47}, "unstable timing: the exact config's final time is +147% off its search time"),
+    ({"exact_ms": 2.47, "interpreter": True}, None),  # wall-clock timings under the interpreter always move
+    ({"evaluations": 1, "same_config": True}, "the exact search evaluated only the runtime's config"),
+])
+def test_a_record_whose_timing_moved_or_whose_search_tried_nothing_else_is_left_out_of_the_summary(change, reason):
+    kept = {**_run("d", s3000=1.0)["records"][0], "search_best_ms": 1.0}
+    record = {**kept, "shape": "5000", "ratio": 0.6, **change}
+    assert offbucket.left_out(record) == reason
+    summary = offbucket.summarize([kept, record])
+    assert summary["overall"]["shapes"] == (2 if reason is None else 1)
+    assert summary["left_out"] == (0 if reason is None else 1)
