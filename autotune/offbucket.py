@@ -140,7 +140,6 @@ def summarize(records: Sequence[dict]) -> dict:
     }
 
 
-
 RUN_FIELDS = ("date", "trials", "timeout", "torch", "triton")
 """What each run of a merged result keeps of its own: records of different runs differ in these."""
 
