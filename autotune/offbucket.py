@@ -126,16 +126,17 @@ def summarize(records: Sequence[dict]) -> dict:
     """Per kernel and overall: shapes with a ratio, their mean, geometric mean and worst, how many the exact search
     did not beat (ratio < 1); the records without a ratio or left out (`left_out`); and whether the overall mean
     is within GOAL."""
+    reasons = [left_out(r) for r in records]
     by_kernel: dict[str, list[float]] = {}
-    for r in records:
-        if r.get("ratio") is not None and left_out(r) is None:
+    for r, reason in zip(records, reasons):
+        if r.get("ratio") is not None and reason is None:
             by_kernel.setdefault(r["kernel"], []).append(r["ratio"])
     ratios = [x for xs in by_kernel.values() for x in xs]
     overall = _stats(ratios) if ratios else None
     return {
         "goal": GOAL, "kernels": {k: _stats(xs) for k, xs in by_kernel.items()}, "overall": overall,
         "unmeasured": sum(r.get("ratio") is None for r in records),
-        "left_out": sum(left_out(r) is not None for r in records),
+        "left_out": sum(reason is not None for reason in reasons),
         "goal_met": overall is not None and overall["mean"] <= GOAL,
     }
 

@@ -4,18 +4,16 @@ count or its spatial size; forward and backward alike."""
 
 from __future__ import annotations
 
-import json
-
 import pytest
 import torch
 
-from autotune import gpu, runtime
-from autotune.db import BestRow, ConfigStore
+from autotune import runtime
 from autotune.kernels import group_norm
 from autotune.kernels.group_norm import SPEC as FORWARD
 from autotune.kernels.group_norm_backward import SPEC as BACKWARD
 from autotune.search_spaces.group_norm import bucket_distance
 from autotune.spec import bucket_distance as generic_distance
+from stored_rows import store_best
 
 CALL = {"shape": [2, 8, 16, 16], "groups": 4, "layout": "contiguous", "activation": "silu"}
 """Groups of 2 channels x 256 positions: bucket ng=8,cg=2,hw=256,cl=0."""
@@ -23,15 +21,6 @@ SAME_CHANNELS = "ng=8,cg=2,hw=64,cl=0"
 """Groups of the call's channel count, a quarter of its size: nearest by the generic rule (distance 2 against 4)."""
 SAME_SIZE = "ng=8,cg=8,hw=64,cl=0"
 """Groups of the call's size (8 x 64 = 2 x 256), of other channels and positions."""
-
-
-def _store(path, spec, bucket, config):
-    with ConfigStore(str(path)) as store:
-        store.record_best(BestRow(
-            kernel=spec.name, source_hash=spec.source_hash, gpu=gpu.current_gpu().name, device_name="test",
-            dtype="fp32", bucket=bucket, config_json=json.dumps(config), problem_json="{}", time_ms=1.0,
-            examples_verified=1, triton_version="x", torch_version="y",
-        ))
 
 
 def test_the_generic_rule_would_take_the_bucket_with_the_same_channel_count():
@@ -47,9 +36,8 @@ def test_a_call_with_no_row_takes_the_config_of_the_bucket_whose_groups_are_its_
     by_size = spec.space.with_overrides(variant="looped", BLOCK=256, num_warps=2, num_stages=1)
     for config in (by_channels, by_size):
         assert spec.space.rejects(config, CALL) is None  # both could run the call
-    _store(user_db, spec, SAME_CHANNELS, by_channels)
-    _store(user_db, spec, SAME_SIZE, by_size)
-    runtime.clear_cache()
+    store_best(user_db, spec, SAME_CHANNELS, by_channels)
+    store_best(user_db, spec, SAME_SIZE, by_size)
     choice = runtime.tuned(spec).resolve(torch.float32, spec.bucket(CALL), CALL)
     assert (choice.source, choice.bucket, choice.config) == ("nearest", SAME_SIZE, by_size)
 
@@ -57,9 +45,8 @@ def test_a_call_with_no_row_takes_the_config_of_the_bucket_whose_groups_are_its_
 def test_the_public_call_launches_the_same_size_buckets_config(user_db):
     by_channels = FORWARD.space.with_overrides(variant="looped", BLOCK=128, num_warps=1, num_stages=1)
     by_size = FORWARD.space.with_overrides(variant="looped", BLOCK=256, num_warps=2, num_stages=1)
-    _store(user_db, FORWARD, SAME_CHANNELS, by_channels)
-    _store(user_db, FORWARD, SAME_SIZE, by_size)
-    runtime.clear_cache()
+    store_best(user_db, FORWARD, SAME_CHANNELS, by_channels)
+    store_best(user_db, FORWARD, SAME_SIZE, by_size)
     x = torch.randn(CALL["shape"])
     with runtime.record_launches() as launches:
         y = group_norm(x, CALL["groups"], activation="silu")
