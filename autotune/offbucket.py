@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import statistics
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 
@@ -68,13 +68,15 @@ def measure_off_bucket(
     examples: int = 20,
     final_examples: int = 100,
     compile_workers: int | CompilePool = 0,
+    on_record: Callable[[list[dict]], object] | None = None,
 ) -> list[dict]:
     """One record per problem: the runtime's config (exact bucket, nearest or default, see `runtime_choices`) and
     the best of a fresh search of that exact problem (`trials` evaluations, `timeout` seconds; stored nowhere) that
     tries the runtime's config first, each timed with bench.time_ms on the same inputs, and ratio = runtime ms /
     exact ms (above 1: the exact search found a faster config; below 1 only by timing noise, or where the runtime's
     config failed the exact search's gate). A runtime config that computes the problem wrong gets no ratio.
-    Every problem is checked before the first search."""
+    Every problem is checked before the first search; `on_record` gets the records so far after each problem (a
+    run cut short keeps the shapes it finished)."""
     if trials < 1:
         raise ValueError(f"trials must be >= 1, got {trials}")
     if timeout is not None and not timeout > 0:
@@ -100,11 +102,13 @@ def measure_off_bucket(
             records.append(record)
             if result.best_config is None:
                 record.update(ratio=None, error="the exact search found no verified config")
-                continue
-            failure = _time_configs(spec, problem, dtype, seed, record, runtime=choice.config,
-                                    exact=result.best_config, default=dict(spec.space.default))
-            record["runtime_failure"] = failure
-            record["ratio"] = None if failure else record["runtime_ms"] / record["exact_ms"]
+            else:
+                failure = _time_configs(spec, problem, dtype, seed, record, runtime=choice.config,
+                                        exact=result.best_config, default=dict(spec.space.default))
+                record["runtime_failure"] = failure
+                record["ratio"] = None if failure else record["runtime_ms"] / record["exact_ms"]
+            if on_record is not None:
+                on_record(records)
     return records
 
 

@@ -9,7 +9,7 @@ The runtime's config is what a call would launch here (exact bucket, nearest buc
 database and $AUTOTUNE_DB); the exact search is `autotune search` on that one problem, stored nowhere. Both are
 timed in one process on the same random inputs (medians of triton.testing.do_bench). Shapes default to a few
 per kernel that no shipped row was tuned on. Writes NAME.json (GPU, versions, date, every record, the summary) and
-NAME.md after each kernel, so a run cut short keeps the kernels it finished. --merge measures nothing: it joins
+NAME.md after each shape, so a run cut short keeps the shapes it finished. --merge measures nothing: it joins
 saved runs into one report, a later run's record of a shape replacing an earlier one's (listed as superseded).
 """
 
@@ -31,8 +31,8 @@ DEFAULT_SHAPES = {
     "rms_norm": ["4096x5120+res", "12288x2048+res"],
     "group_norm": ["4x256x48x48,groups=32,activation=silu"],
     "matmul": ["3072x3072x3072", "6144x4096x11008"],
-    "linear": ["6144x4096x11008,bias,gelu_tanh"],
-    "mlp": ["4096x2048x8192x2048,bias,gelu_tanh"],
+    "linear": ["6144x4096x11008,bias,gelu_tanh", "4096x2048x8192,bias,gelu_tanh", "4096x8192x2048,bias"],
+    "mlp": ["4096x2048x8192x2048,bias,gelu_tanh", "4096x1024x2048x512,bias,gelu_tanh"],
     "layer_norm_backward": ["4096x5120+res", "12288x2048+res"],
     "rms_norm_backward": ["4096x5120+res", "12288x2048+res"],
     "group_norm_backward": ["4x256x48x48,groups=32,activation=silu"],
@@ -41,7 +41,9 @@ DEFAULT_SHAPES = {
 }
 """Between the buckets of the shipped rows: in a stored bucket off its timed problem (softmax 4096x6144 and
 3000x3000, matmul 3072^3, linear, attention), or in a bucket with no row, served by the nearest (the norms'
-backwards, mlp)."""
+backwards, mlp). mlp at n=2048 has one valid config, two_pass (fused would recompute its first product 16 times):
+there its two GEMMs are linear's, and linear's 4096x2048x8192 and 4096x8192x2048 are those two; at n=512 fused
+configs compete."""
 
 
 def table(result: dict) -> str:
@@ -129,18 +131,24 @@ def main() -> None:
     result = {**report.environment(), "dtype": DTYPE_NAMES[dtype], "trials": args.trials, "timeout": args.timeout,
               "records": []}
     workers = default_workers()
+    done: list[dict] = []
+
+    def save(records: list[dict]) -> str:
+        """Write the report of every record so far (the finished kernels' and this kernel's)."""
+        result["records"] = done + records
+        result["summary"] = offbucket.summarize(result["records"])
+        report.save(args.out, result, text := table(result))
+        print(f"{result['records'][-1]['kernel']} {result['records'][-1]['shape']} done", flush=True)
+        return text
+
     with contextlib.ExitStack() as stack:
         pool = stack.enter_context(CompilePool(workers)) if workers > 1 else 0
         for name, problems in by_kernel.items():
-            result["records"] += offbucket.measure_off_bucket(
+            done += offbucket.measure_off_bucket(
                 specs[name], problems, dtype, trials=args.trials, timeout=args.timeout, seed=args.seed,
-                examples=args.examples, final_examples=args.final_examples, compile_workers=pool,
+                examples=args.examples, final_examples=args.final_examples, compile_workers=pool, on_record=save,
             )
-            result["summary"] = offbucket.summarize(result["records"])
-            text = table(result)
-            report.save(args.out, result, text)
-            print(f"{name} done", flush=True)
-    print(text)
+    print(table(result))
 
 
 if __name__ == "__main__":

@@ -31,8 +31,11 @@ def _contents(path) -> list[str]:
 def test_off_bucket_shapes_take_the_stored_row_and_are_timed_against_their_own_search(user_db):
     store_best(user_db, vector_add.SPEC, "n=1024", ROW_CONFIG, problem=vector_add.parse_shape("1000"))
     before = _contents(user_db)
+    finished = []  # what on_record saw after each shape: a run cut short keeps the shapes it finished
     records = offbucket.measure_off_bucket(
-        vector_add.SPEC, [vector_add.parse_shape("900"), vector_add.parse_shape("3000")], torch.float32, **TINY)
+        vector_add.SPEC, [vector_add.parse_shape("900"), vector_add.parse_shape("3000")], torch.float32, **TINY,
+        on_record=lambda so_far: finished.append([(r["shape"], r["ratio"]) for r in so_far]))
+    assert finished == [[("900", records[0]["ratio"])], [(r["shape"], r["ratio"]) for r in records]]
 
     same_bucket, other_bucket = records
     assert (same_bucket["bucket"], same_bucket["source"]) == ("n=1024", "exact")  # the row's bucket, not its problem
