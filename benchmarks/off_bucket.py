@@ -7,9 +7,11 @@ a search of that exact shape; the goal is a mean of runtime ms / exact ms within
 
 The runtime's config is what a call would launch here (exact bucket, nearest bucket or default, from the shipped
 database and $AUTOTUNE_DB); the exact search is `autotune search` on that one problem, stored nowhere. Both are
-timed in one process on the same random inputs (medians of triton.testing.do_bench). Shapes default to a few
-per kernel that no shipped row was tuned on. Writes NAME.json (GPU, versions, date, every record, the summary) and
-NAME.md after each shape, so a run cut short keeps the shapes it finished. --merge measures nothing: it joins
+timed in one process on the same random inputs (medians of triton.testing.do_bench, and on a GPU of each call
+replayed from a CUDA graph: the ratio is of those GPU times, which a host path longer than do_bench's L2 clear
+does not blur). Shapes default to a few per kernel that no shipped row was tuned on. Writes NAME.json (GPU,
+versions, date, every record, the summary) and NAME.md after each shape, so a run cut short keeps the shapes it
+finished. --merge measures nothing: it joins
 saved runs into one report, a later run's record of a shape replacing an earlier one's (listed as superseded).
 """
 
@@ -53,8 +55,8 @@ def table(result: dict) -> str:
     rows = [{**({"run": r["run"]} if runs else {}), "kernel": r["kernel"], "shape": r["shape"], "bucket": r["bucket"],
              "runtime config from": r["source"] + (f" {r['tuned_for']} ({r['tuned_on']})" if r["tuned_for"] else ""),
              "same config": r["same_config"], "evaluations": r["evaluations"], "search s": r["search_seconds"],
-             "runtime ms": r.get("runtime_ms"), "exact ms": r.get("exact_ms"), "default ms": r.get("default_ms"),
-             "ratio": r.get("ratio"), "note": r.get("error") or r.get("runtime_failure") or offbucket.left_out(r)}
+             **{f"{name} ms": r.get(f"{name}_gpu_ms") or r.get(f"{name}_ms") for name in ("runtime", "exact", "default")},
+             "timed": "CUDA graph" if "exact_gpu_ms" in r else "do_bench", "ratio": r.get("ratio"), "note": r.get("error") or r.get("runtime_failure") or offbucket.left_out(r)}
             for r in result["records"]]
     summary = result["summary"]
     lines = [f"GPU: {result['gpu']} ({result['device_name']}); torch {result['torch']}; triton {result['triton']}; "
@@ -64,7 +66,8 @@ def table(result: dict) -> str:
                   for i, run in enumerate(runs)]
     else:
         lines.append(f"exact search: {_budget(result)}")
-    lines += ["ratio = runtime ms / exact ms (above 1: the exact search found a faster config)", "", report.tabulated(rows)]
+    lines += ["ratio = runtime ms / exact ms (above 1: the exact search found a faster config); timed: CUDA graph = the "
+              "GPU's time alone (each call replayed from a graph), do_bench = host and GPU", "", report.tabulated(rows)]
     for name, s in [*summary["kernels"].items(), ("overall", summary["overall"])]:
         if s:
             lines.append(f"- {name}: mean {s['mean']:.3f}, geomean {s['geomean']:.3f}, worst {s['worst']:.3f} over "

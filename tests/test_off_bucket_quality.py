@@ -154,6 +154,11 @@ def test_merged_runs_keep_each_shapes_latest_record_and_list_the_one_it_replaced
     assert [run["date"] for run in merged["runs"]] == ["day 1", "day 2"] and merged["date"] == "day 2"
     assert offbucket.merge([second, first])["records"][0]["ratio"] == 1.9  # order decides which is latest
 
+    again = offbucket.merge([merged, _run("day 3", s5000=1.01)])  # a merged report merges as the runs it was made of
+    assert [run["date"] for run in again["runs"]] == ["day 1", "day 2", "day 3"]
+    assert [(r["shape"], r["ratio"], r["run"]) for r in again["records"]] == [("3000", 1.02, 1), ("5000", 1.01, 2), ("7000", 0.99, 1)]
+    assert [(r["shape"], r["ratio"], r["run"]) for r in again["superseded"]] == [("3000", 1.9, 0), ("5000", 1.05, 0)]
+
 
 @pytest.mark.parametrize("results, message", [([], "at least one"), ([_run("d", "H100"), _run("d", "H200")], "different GPUs")])
 def test_runs_of_different_gpus_or_none_are_not_merged(results, message):
@@ -181,6 +186,10 @@ def test_the_script_merges_saved_runs_into_one_report(tmp_path, monkeypatch):
     ({"exact_ms": 2.47}, "unstable timing: the exact config's final time is +147% off its search time"),
     ({"exact_ms": 2.47, "interpreter": True}, None),  # wall-clock timings under the interpreter always move
     ({"evaluations": 1, "same_config": True}, "the exact search evaluated only the runtime's config"),
+    # GPU times (CUDA graph) judge the record: below the search's do_bench time is a host-bound call's, not drift
+    ({"exact_ms": 2.47, "exact_gpu_ms": 0.5, "runtime_gpu_ms": 0.3}, None),
+    ({"exact_ms": 1.0, "exact_gpu_ms": 1.3, "runtime_gpu_ms": 0.8},
+     "unstable timing: the exact config's final time is +30% off its search time"),
 ])
 def test_a_record_whose_timing_moved_or_whose_search_tried_nothing_else_is_left_out_of_the_summary(change, reason):
     kept = {**_run("d", s3000=1.0)["records"][0], "search_best_ms": 1.0}
