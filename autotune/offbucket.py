@@ -30,6 +30,12 @@ ROUNDS = 3
 """Timings of each config, taken in turn; a config's time is the median of its rounds, so drift hits all alike."""
 TIMING = {"warmup_ms": 25.0, "rep_ms": 100.0, "max_reps": 500}
 """bench.time_ms per round: capped repetitions keep a 10 us kernel from costing seconds of L2 clears."""
+TIMING_METHOD = (f"each config timed in {ROUNDS} rounds, the configs in turn, on the same inputs; a config's time "
+                 "is the median of its rounds' medians of triton.testing.do_bench (L2 cleared before each call; "
+                 "wall-clock under the interpreter) or, where the record was timed by CUDA graph, of its calls "
+                 "replayed from a graph")
+"""How `measure_off_bucket` times, for its reports (every run since the first, 2026-11-23, timed this way; the CUDA
+graph times since 2026-11-25)."""
 
 
 def runtime_choices(spec: KernelSpec, problems: Sequence[Problem], dtype: torch.dtype) -> list[tuple[runtime.Choice, Problem | None]]:

@@ -60,7 +60,7 @@ def table(result: dict) -> str:
             for r in result["records"]]
     summary = result["summary"]
     lines = [f"GPU: {result['gpu']} ({result['device_name']}); torch {result['torch']}; triton {result['triton']}; "
-             f"date {result['date']}", f"timings: {result['timing']}"]
+             f"date {result['date']}", f"timings: {offbucket.TIMING_METHOD}"]
     if runs:
         lines += [f"run {i}: {run['date']}, torch {run['torch']}, triton {run['triton']}; exact search: {_budget(run)}"
                   for i, run in enumerate(runs)]
@@ -108,7 +108,8 @@ def main() -> None:
         if args.kernel or args.shape:
             raise SystemExit("off_bucket.py: --merge measures nothing; drop --kernel and --shape")
         try:
-            result = offbucket.merge([json.loads(pathlib.Path(path).read_text()) for path in args.merge])
+            result = {**offbucket.merge([json.loads(pathlib.Path(path).read_text()) for path in args.merge]),
+                      "timing": offbucket.TIMING_METHOD}
         except (OSError, ValueError, KeyError) as exc:
             raise SystemExit(f"off_bucket.py: --merge: {exc}") from None
         report.save(args.out, result, text := table(result))
@@ -131,7 +132,7 @@ def main() -> None:
     except (ValueError, registry.UnknownKernel) as exc:
         raise SystemExit(f"off_bucket.py: {exc}") from None
 
-    result = {**report.environment(), "dtype": DTYPE_NAMES[dtype], "trials": args.trials, "timeout": args.timeout,
+    result = {**report.environment(), "timing": offbucket.TIMING_METHOD, "dtype": DTYPE_NAMES[dtype], "trials": args.trials, "timeout": args.timeout,
               "records": []}
     workers = default_workers()
     done: list[dict] = []
