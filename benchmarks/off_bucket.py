@@ -11,8 +11,8 @@ timed in one process on the same random inputs (medians of triton.testing.do_ben
 replayed from a CUDA graph: the ratio is of those GPU times, which a host path longer than do_bench's L2 clear
 does not blur). Shapes default to a few per kernel that no shipped row was tuned on. Writes NAME.json (GPU,
 versions, date, every record, the summary) and NAME.md after each shape, so a run cut short keeps the shapes it
-finished. --merge measures nothing: it joins
-saved runs into one report, a later run's record of a shape replacing an earlier one's (listed as superseded).
+finished. --merge measures nothing: it joins saved runs (or an earlier merged report and new runs) into one report,
+a later run's record of a shape replacing an earlier one's (listed as superseded).
 """
 
 from __future__ import annotations
@@ -56,7 +56,8 @@ def table(result: dict) -> str:
              "runtime config from": r["source"] + (f" {r['tuned_for']} ({r['tuned_on']})" if r["tuned_for"] else ""),
              "same config": r["same_config"], "evaluations": r["evaluations"], "search s": r["search_seconds"],
              **{f"{name} ms": r.get(f"{name}_gpu_ms") or r.get(f"{name}_ms") for name in ("runtime", "exact", "default")},
-             "timed": "CUDA graph" if "exact_gpu_ms" in r else "do_bench", "ratio": r.get("ratio"), "note": r.get("error") or r.get("runtime_failure") or offbucket.left_out(r)}
+             "timed": "CUDA graph" if "exact_gpu_ms" in r else "do_bench", "ratio": r.get("ratio"),
+             "note": r.get("error") or r.get("runtime_failure") or offbucket.left_out(r)}
             for r in result["records"]]
     summary = result["summary"]
     lines = [f"GPU: {result['gpu']} ({result['device_name']}); torch {result['torch']}; triton {result['triton']}; "
@@ -132,18 +133,17 @@ def main() -> None:
     except (ValueError, registry.UnknownKernel) as exc:
         raise SystemExit(f"off_bucket.py: {exc}") from None
 
-    result = {**report.environment(), "timing": offbucket.TIMING_METHOD, "dtype": DTYPE_NAMES[dtype], "trials": args.trials, "timeout": args.timeout,
-              "records": []}
+    result = {**report.environment(), "timing": offbucket.TIMING_METHOD, "dtype": DTYPE_NAMES[dtype],
+              "trials": args.trials, "timeout": args.timeout, "records": []}
     workers = default_workers()
     done: list[dict] = []
 
-    def save(records: list[dict]) -> str:
+    def save(records: list[dict]) -> None:
         """Write the report of every record so far (the finished kernels' and this kernel's)."""
         result["records"] = done + records
         result["summary"] = offbucket.summarize(result["records"])
-        report.save(args.out, result, text := table(result))
-        print(f"{result['records'][-1]['kernel']} {result['records'][-1]['shape']} done", flush=True)
-        return text
+        report.save(args.out, result, table(result))
+        print(f"{records[-1]['kernel']} {records[-1]['shape']} done", flush=True)
 
     with contextlib.ExitStack() as stack:
         pool = stack.enter_context(CompilePool(workers)) if workers > 1 else 0

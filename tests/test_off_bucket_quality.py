@@ -156,7 +156,8 @@ def test_merged_runs_keep_each_shapes_latest_record_and_list_the_one_it_replaced
 
     again = offbucket.merge([merged, _run("day 3", s5000=1.01)])  # a merged report merges as the runs it was made of
     assert [run["date"] for run in again["runs"]] == ["day 1", "day 2", "day 3"]
-    assert [(r["shape"], r["ratio"], r["run"]) for r in again["records"]] == [("3000", 1.02, 1), ("5000", 1.01, 2), ("7000", 0.99, 1)]
+    assert [(r["shape"], r["ratio"], r["run"]) for r in again["records"]] == [
+        ("3000", 1.02, 1), ("5000", 1.01, 2), ("7000", 0.99, 1)]
     assert [(r["shape"], r["ratio"], r["run"]) for r in again["superseded"]] == [("3000", 1.9, 0), ("5000", 1.05, 0)]
 
 
