@@ -80,7 +80,7 @@ def measure_off_bucket(
 ) -> list[dict]:
     """One record per problem: the runtime's config (exact bucket, nearest or default, see `runtime_choices`) and
     the best of a fresh search of that exact problem (`trials` evaluations, `timeout` seconds; stored nowhere) that
-    tries the runtime's config first, each timed with bench.time_ms on the same inputs, and ratio = runtime ms /
+    tries the runtime's config first, each timed on the same inputs (`_time_configs`), and ratio = runtime ms /
     exact ms (above 1: the exact search found a faster config; below 1 only by timing noise, or where the runtime's
     config failed the exact search's gate). A runtime config that computes the problem wrong gets no ratio.
     Every problem is checked before the first search; `on_record` gets the records so far after each problem (a
@@ -114,7 +114,7 @@ def measure_off_bucket(
                 failure = _time_configs(spec, problem, dtype, seed, record, runtime=choice.config,
                                         exact=result.best_config, default=dict(spec.space.default))
                 record["runtime_failure"] = failure
-                record["ratio"] = None if failure else _ms(record, "runtime") / _ms(record, "exact")
+                record["ratio"] = None if failure else config_ms(record, "runtime") / config_ms(record, "exact")
             if on_record is not None:
                 on_record(records)
     return records
@@ -128,7 +128,7 @@ def left_out(record: dict) -> str | None:
         return None
     if record["evaluations"] <= 1 and record["same_config"]:
         return "the exact search evaluated only the runtime's config"
-    drift = _ms(record, "exact") / record["search_best_ms"] - 1 if record.get("search_best_ms") else 0.0
+    drift = config_ms(record, "exact") / record["search_best_ms"] - 1 if record.get("search_best_ms") else 0.0
     if "exact_gpu_ms" in record:
         drift = max(drift, 0.0)
     if abs(drift) > TIMING_TOLERANCE and not record.get("interpreter"):
@@ -189,9 +189,10 @@ def merge(results: Sequence[dict]) -> dict:
             "summary": summarize(list(kept.values()))}
 
 
-def _ms(record: dict, name: str) -> float:
-    """A config's time in a record: its GPU time (CUDA graph) where one was taken, else its do_bench time."""
-    return record.get(f"{name}_gpu_ms") or record[f"{name}_ms"]
+def config_ms(record: dict, name: str) -> float | None:
+    """A config's time in a record ("runtime", "exact" or "default"): its GPU time (CUDA graph) where one was
+    taken, else its do_bench time; None where it was not timed."""
+    return record.get(f"{name}_gpu_ms") or record.get(f"{name}_ms")
 
 
 def _stats(ratios: list[float]) -> dict:

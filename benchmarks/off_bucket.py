@@ -55,13 +55,13 @@ def table(result: dict) -> str:
     rows = [{**({"run": r["run"]} if runs else {}), "kernel": r["kernel"], "shape": r["shape"], "bucket": r["bucket"],
              "runtime config from": r["source"] + (f" {r['tuned_for']} ({r['tuned_on']})" if r["tuned_for"] else ""),
              "same config": r["same_config"], "evaluations": r["evaluations"], "search s": r["search_seconds"],
-             **{f"{name} ms": r.get(f"{name}_gpu_ms") or r.get(f"{name}_ms") for name in ("runtime", "exact", "default")},
+             **{f"{name} ms": offbucket.config_ms(r, name) for name in ("runtime", "exact", "default")},
              "timed": "CUDA graph" if "exact_gpu_ms" in r else "do_bench", "ratio": r.get("ratio"),
              "note": r.get("error") or r.get("runtime_failure") or offbucket.left_out(r)}
             for r in result["records"]]
     summary = result["summary"]
     lines = [f"GPU: {result['gpu']} ({result['device_name']}); torch {result['torch']}; triton {result['triton']}; "
-             f"date {result['date']}", f"timings: {offbucket.TIMING_METHOD}"]
+             f"date {result['date']}", f"timings: {result['timing']}"]
     if runs:
         lines += [f"run {i}: {run['date']}, torch {run['torch']}, triton {run['triton']}; exact search: {_budget(run)}"
                   for i, run in enumerate(runs)]
