@@ -39,21 +39,33 @@ def time_ms(fn: Callable[[], object], *, warmup_ms: float = 25, rep_ms: float = 
     return statistics.median(times)
 
 
-def graph_ms(fn: Callable[[], object], *, rep_ms: float = 200) -> float | None:
+def graph_ms(fn: Callable[[], object], *, warmup_ms: float = 25, rep_ms: float = 200,
+             max_reps: int | None = None) -> float | None:
     """Median milliseconds of fn replayed from a CUDA graph (the L2 still cleared before each replay): the GPU
     time without the host's, which time_ms counts wherever a call's host path outlasts the clearing.
     None without a GPU, or (with a warning saying why) where fn cannot be captured."""
     if gpu.device().type != "cuda":
         return None
     try:
+        fn()  # first-call work (compiling, a library's lazy setup) stays out of the capture
+        torch.cuda.synchronize()
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):
             fn()
-        return time_ms(graph.replay, warmup_ms=25, rep_ms=rep_ms)
+        return time_ms(graph.replay, warmup_ms=warmup_ms, rep_ms=rep_ms, max_reps=max_reps)
     except Exception as exc:  # a call that cannot be captured gets no graph time, and says why
         reason = str(exc).splitlines()[0] if str(exc) else ""
         warnings.warn(f"no CUDA graph time: {type(exc).__name__}: {reason}", RuntimeWarning, stacklevel=2)
         return None
+
+
+def kernel_ms(fn: Callable[[], object], *, warmup_ms: float = 25, rep_ms: float = 100,
+              max_reps: int | None = None) -> float:
+    """Median milliseconds of fn's GPU work, as a search ranks configs: replayed from a CUDA graph where fn can
+    be captured (a config's host path, up to 3x its GPU time on small problems, is not the kernel's), time_ms
+    where it cannot (after graph_ms's warning) and under the interpreter."""
+    graphed = graph_ms(fn, warmup_ms=warmup_ms, rep_ms=rep_ms, max_reps=max_reps)
+    return graphed if graphed is not None else time_ms(fn, warmup_ms=warmup_ms, rep_ms=rep_ms, max_reps=max_reps)
 
 
 def _estimate_ms(fn: Callable[[], object], calls: int = 5) -> float:

@@ -157,7 +157,7 @@ class Evaluator:
         return sum(o.outcome != "invalid" for o in self.cache.values())
 
     def baseline_ms(self) -> float | None:
-        return bench.time_ms(lambda: self.spec.baseline(self.inputs))
+        return bench.kernel_ms(lambda: self.spec.baseline(self.inputs))
 
     def reverify(self, config: Config, *, examples: int, seed: int) -> VerifyResult:
         """The winner's final gate: a fresh check with more examples and another seed."""
@@ -228,7 +228,7 @@ class Evaluator:
         if not self._drawn:  # not drawn yet, or the default's draws were none of them: those of the first pass
             self._drawn = [p for p in result.problems if p not in self.edges]
         timed = time.perf_counter()
-        ms = bench.time_ms(lambda: self.spec.launch(self.inputs, config, self._out), **self.timing)
+        ms = bench.kernel_ms(lambda: self.spec.launch(self.inputs, config, self._out), **self.timing)
         self._phase("time", timed)
         return TrialOutcome(number, config, "ok", None, ms)
 
