@@ -104,15 +104,18 @@ def measure_off_bucket(
                 "runtime_config": choice.config, "exact_config": result.best_config,
                 "same_config": choice.config == result.best_config, "evaluations": result.evaluations,
                 "runtime_config_searched": any(t.config == choice.config for t in result.trials),
-                "search_seconds": time.perf_counter() - started, "search_best_ms": result.best_ms,
+                "search_seconds": time.perf_counter() - started, "search_phases": result.seconds,
+                "search_best_ms": result.best_ms,
                 "interpreter": gpu.interpreter_active(),
             }
             records.append(record)
             if result.best_config is None:
                 record.update(ratio=None, error="the exact search found no verified config")
             else:
+                timed = time.perf_counter()
                 failure = _time_configs(spec, problem, dtype, seed, record, runtime=choice.config,
                                         exact=result.best_config, default=dict(spec.space.default))
+                record["timing_seconds"] = time.perf_counter() - timed
                 record["runtime_failure"] = failure
                 record["ratio"] = None if failure else config_ms(record, "runtime") / config_ms(record, "exact")
             if on_record is not None:

@@ -56,7 +56,7 @@ def table(result: dict) -> str:
              "runtime config from": r["source"] + (f" {r['tuned_for']} ({r['tuned_on']})" if r["tuned_for"] else ""),
              "same config": r["same_config"], "evaluations": r["evaluations"], "search s": r["search_seconds"],
              **{f"{name} ms": offbucket.config_ms(r, name) for name in ("runtime", "exact", "default")},
-             "timed": "CUDA graph" if "exact_gpu_ms" in r else "do_bench", "ratio": r.get("ratio"),
+             "timed": _timed(r), "ratio": r.get("ratio"),
              "note": r.get("error") or r.get("runtime_failure") or offbucket.left_out(r)}
             for r in result["records"]]
     summary = result["summary"]
@@ -82,9 +82,13 @@ def table(result: dict) -> str:
         lines += ["", "Superseded by a later run's record of the same shape (not in the summary):", "",
                   report.tabulated([{"run": r["run"], "kernel": r["kernel"], "shape": r["shape"],
                                      "runtime config from": r["source"] + (f" {r['tuned_for']}" if r["tuned_for"] else ""),
-                                     "runtime ms": r.get("runtime_ms"), "exact ms": r.get("exact_ms"),
-                                     "ratio": r.get("ratio")} for r in result["superseded"]])]
+                                     **{f"{name} ms": offbucket.config_ms(r, name) for name in ("runtime", "exact")},
+                                     "timed": _timed(r), "ratio": r.get("ratio")} for r in result["superseded"]])]
     return "\n".join(lines) + "\n"
+
+
+def _timed(record: dict) -> str:
+    return "CUDA graph" if "exact_gpu_ms" in record else "do_bench"
 
 
 def _budget(run: dict) -> str:
@@ -143,7 +147,10 @@ def main() -> None:
         result["records"] = done + records
         result["summary"] = offbucket.summarize(result["records"])
         report.save(args.out, result, table(result))
-        print(f"{records[-1]['kernel']} {records[-1]['shape']} done", flush=True)
+        last = records[-1]
+        phases = ", ".join(f"{k} {v:.1f}" for k, v in last.get("search_phases", {}).items())
+        print(f"{last['kernel']} {last['shape']} done: search {last['search_seconds']:.0f} s ({phases}), final timing "
+              f"{last.get('timing_seconds', 0):.0f} s", flush=True)
 
     with contextlib.ExitStack() as stack:
         pool = stack.enter_context(CompilePool(workers)) if workers > 1 else 0
