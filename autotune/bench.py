@@ -1,4 +1,5 @@
-"""Timing: medians from triton.testing.do_bench on a GPU; wall-clock medians under the interpreter
+"""Timing: medians from triton.testing.do_bench on a GPU, of the call itself (time_ms) or of its CUDA-graph replay,
+the GPU's time alone (graph_ms; kernel_ms, which a search ranks configs by); wall-clock medians under the interpreter
 (real numbers, but not GPU timings). Roofline metrics from a kernel's cost."""
 
 from __future__ import annotations
