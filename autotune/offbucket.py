@@ -24,8 +24,9 @@ GOAL = 1.10
 TIMING_TOLERANCE = 0.25
 """A record whose exact config's final time is further than this from the search's own time of it is left out of
 the summary: the machine's timings moved between the search and the final timing (seen on 2026-11-24: 1.4-3.4x).
-Where the final times are GPU times (`NAME_gpu_ms`), only a final time this far above the search's counts: a call
-whose host path outlasts do_bench's L2 clear is timed by its host in the search, never in a CUDA graph."""
+Where the final times are GPU times (`NAME_gpu_ms`), only a final time this far above the search's counts: searches
+before 2026-11-25 (afa2266) timed with do_bench, which times a call by its host where its host path outlasts the L2
+clear, so their times can lie above a CUDA graph's, never below."""
 ROUNDS = 3
 """Timings of each config, taken in turn; a config's time is the median of its rounds, so drift hits all alike."""
 TIMING = {"warmup_ms": 25.0, "rep_ms": 100.0, "max_reps": 500}
