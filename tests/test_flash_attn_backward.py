@@ -1,7 +1,8 @@
 """flash_attn backward: dq, dk, dv from the saved log-sum-exp pass the gate against float64 on the correctness
 cases, in fp32, fp16 and bf16, for both ways of getting dq (a query-side kernel, atomics) and both deltas
 (from the output, recomputed); where softmax rows saturate only the recomputed delta keeps up with torch;
-autograd through flash_attn gives sdpa's gradients (GQA heads summed); and a model calling flash_attn
+autograd through flash_attn gives sdpa's gradients (GQA heads summed), in eager calls without the custom op's
+dispatch (the op's own gradients), with fake tensors through it; and a model calling flash_attn
 compiles with torch.compile(fullgraph=True) and trains like eager torch."""
 
 from __future__ import annotations
@@ -9,6 +10,8 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
+from torch._subclasses.fake_tensor import FakeTensorMode
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from autotune import runtime
 from autotune.kernels import _attn_problems as problems_
@@ -127,6 +130,38 @@ def test_gradients_where_no_query_sees_a_key_are_zero_as_in_sdpa():
         got = _grads(flash_attn, (q, k, k.clone()), do)
         expect = _grads(F.scaled_dot_product_attention, (q, k, k.clone()), do)
         assert all(g.shape == e.shape and torch.equal(g, e) for g, e in zip(got, expect))
+
+
+class _OpCalls(TorchDispatchMode):
+    """Names of the ops dispatched while active."""
+
+    def __init__(self):
+        super().__init__()
+        self.names: list[str] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.names.append(str(func))
+        return func(*args, **(kwargs or {}))
+
+
+def test_an_eager_call_that_records_a_graph_skips_the_ops_dispatch_and_gets_its_gradients():
+    torch.manual_seed(0)
+    q, k, v = torch.randn(1, 4, 13, 16), torch.randn(1, 2, 21, 16), torch.randn(1, 2, 21, 16)
+    do = torch.randn(1, 4, 13, 16)
+    with _OpCalls() as calls:
+        eager = _grads(lambda *t: flash_attn(*t, is_causal=True, enable_gqa=True), (q, k, v), do)
+    assert not [name for name in calls.names if name.startswith("autotune.")]
+    through_op = _grads(lambda *t: torch.ops.autotune.flash_attn(*t, True, 0.25)[0], (q, k, v), do)
+    for e, o in zip(eager, through_op):
+        assert torch.equal(e, o)
+
+
+def test_fake_tensors_go_through_the_op_and_its_fake_backward():
+    with FakeTensorMode():
+        q, k, v = (torch.empty(2, 4, 9, 32, requires_grad=True) for _ in range(3))
+        out = flash_attn(q, k, v, is_causal=True)
+        dq, dk, dv = torch.autograd.grad(out, (q, k, v), torch.empty(2, 4, 9, 32))
+    assert out.shape == dq.shape == dk.shape == dv.shape == (2, 4, 9, 32)
 
 
 class _Block(torch.nn.Module):

@@ -320,6 +320,24 @@ def _flash_attn_backward(ctx, do, _dlse):
 _flash_attn_op.register_autograd(_flash_attn_backward, setup_context=_setup_context)
 
 
+class _EagerFlashAttn(torch.autograd.Function):
+    """The op's forward and backward for an eager call that records a graph, without the op's dispatch (on the
+    H100's host about 0.2 ms of a forward + backward's 1 ms: benchmarks/NOTES.md, "Twenty-fourth session")."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, is_causal: bool, scale: float):
+        o, lse = forward(q, k, v, is_causal, scale)
+        ctx.save_for_backward(q, k, v, o, lse)  # as _setup_context does
+        ctx.is_causal, ctx.scale = is_causal, scale
+        return o
+
+    @staticmethod
+    def backward(ctx, do):
+        q, k, v, o, lse = ctx.saved_tensors
+        dq, dk, dv = backward_.backward(do, q, k, v, o, lse, ctx.is_causal, ctx.scale)
+        return dq, dk, dv, None, None
+
+
 def _check(q, k, v, is_causal, scale, enable_gqa) -> float:
     """Validate a call as sdpa would take it, before any launch; the softmax scale, resolved."""
     for name, t in (("q", q), ("k", k), ("v", v)):
@@ -364,7 +382,8 @@ def flash_attn(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is_causal: boo
     heads, head dims 1..256. Differentiable in q, k and v through the tuned backward kernels; a torch custom
     op, so it works under torch.compile(fullgraph=True)."""
     scale = _check(q, k, v, is_causal, scale, enable_gqa)
-    grad = torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad)
-    if grad or torch.compiler.is_compiling():
-        return _flash_attn_op(q, k, v, is_causal, scale)[0]
+    if torch.compiler.is_compiling() or not all(type(t) in _checks.EAGER_TYPES for t in (q, k, v)):
+        return _flash_attn_op(q, k, v, is_causal, scale)[0]  # what torch.compile traces; fake tensors run its fake
+    if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
+        return _EagerFlashAttn.apply(q, k, v, is_causal, scale)
     return forward(q, k, v, is_causal, scale)[0]  # no graph to record: skip the custom op's dispatch
