@@ -1,7 +1,7 @@
 """linear and mlp: the fused epilogue (bias and each activation, bias without activation and activation
 without bias) and both mlp variants match float64 within the gate's budget; the public functions are
 torch.nn.functional.linear (+ activation) and Linear -> activation -> Linear, differentiable through the
-tuned kernels; a model calling matmul, linear and mlp compiles with torch.compile(fullgraph=True) and
+tuned kernels (an eager linear without its custom op's dispatch in the forward, the op's own gradients); a model calling matmul, linear and mlp compiles with torch.compile(fullgraph=True) and
 trains like eager torch; the stored configs are the ones launched; bad arguments fail before any launch."""
 
 from __future__ import annotations
@@ -10,12 +10,14 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
+from torch._subclasses.fake_tensor import FakeTensorMode
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from autotune import runtime
 from autotune.kernels import _gemm
 from autotune.kernels import _matmul_problems as problems_
 from autotune.kernels import linear, matmul, mlp
-from autotune.kernels.matmul import LINEAR, apply_activation
+from autotune.kernels.matmul import LINEAR, apply_activation, linear_op
 from autotune.kernels.mlp import MLP
 from autotune.search_spaces import mlp as mlp_space
 from autotune.search_spaces.matmul import SPACE
@@ -130,6 +132,38 @@ def test_linear_backward_launches_the_tuned_matmul_and_only_what_is_needed():
     assert [name for name, _ in launches] == ["linear", "matmul"]  # dW only: x needs no gradient
     with torch.no_grad():
         assert linear(x, w).grad_fn is None
+
+
+class _OpCalls(TorchDispatchMode):
+    """Names of the ops dispatched while active."""
+
+    def __init__(self):
+        super().__init__()
+        self.names: list[str] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.names.append(str(func))
+        return func(*args, **(kwargs or {}))
+
+
+@pytest.mark.parametrize("activation", ["none", "gelu_tanh"])
+def test_an_eager_linear_that_records_a_graph_skips_the_ops_dispatch_and_gets_its_gradients(activation):
+    torch.manual_seed(4)
+    x, w, b, g = torch.randn(9, 20), torch.randn(12, 20), torch.randn(12), torch.randn(9, 12)
+    with _OpCalls() as calls:
+        eager = _grads(lambda x, w, b: linear(x, w, b, activation), (x, w, b), g)
+    assert "autotune.linear.default" not in calls.names  # the backward's products still go through autotune.matmul
+    through_op = _grads(lambda x, w, b: linear_op(x, w, b, activation, activation != "none")[0], (x, w, b), g)
+    for e, o in zip(eager, through_op):
+        assert torch.equal(e, o)
+
+
+def test_fake_tensors_go_through_the_linear_op():
+    with FakeTensorMode():
+        x, w = torch.empty(7, 16, requires_grad=True), torch.empty(4, 16, requires_grad=True)
+        y = linear(x, w, None, "silu")
+        dx, dw = torch.autograd.grad(y, (x, w), torch.empty(7, 4))
+    assert y.shape == (7, 4) and dx.shape == (7, 16) and dw.shape == (4, 16)
 
 
 @pytest.mark.parametrize("dtype", [torch.float16])

@@ -170,6 +170,22 @@ def _linear_backward(ctx, dy, _dz):
 linear_op.register_autograd(_linear_backward, setup_context=_linear_setup)
 
 
+class _EagerLinear(torch.autograd.Function):
+    """linear_op's forward and backward for an eager call that records a graph, without the op's dispatch in the
+    forward (a custom op's autograd wrapper cost 0.17 ms of host per call on the H100: benchmarks/NOTES.md,
+    "Twenty-fourth session"). The backward is the op's own."""
+
+    @staticmethod
+    def forward(ctx, x, weight, bias, activation: str, save_pre: bool):
+        y, z = linear_rows(x, weight, bias, activation, save_pre)
+        _linear_setup(ctx, (x, weight, bias, activation, save_pre), (y, z))
+        return y
+
+    @staticmethod
+    def backward(ctx, dy):
+        return _linear_backward(ctx, dy, None)
+
+
 def needs_graph(*tensors: torch.Tensor | None) -> bool:
     """Whether a call must go through the custom op: autograd records, or torch.compile traces."""
     if torch.compiler.is_compiling():
@@ -178,10 +194,13 @@ def needs_graph(*tensors: torch.Tensor | None) -> bool:
 
 
 def linear_2d(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, activation: str) -> torch.Tensor:
-    """linear on checked arguments with a 2-D x: through the custom op where a graph is recorded."""
+    """linear on checked arguments with a 2-D x: through the custom op where torch.compile traces or a tensor
+    subclass comes in, through _EagerLinear where an eager call records a graph."""
     if needs_graph(x, weight, bias):
         save_pre = activation != "none" and torch.is_grad_enabled()
-        return linear_op(x, weight, bias, activation, save_pre)[0]
+        if torch.compiler.is_compiling() or not all(t is None or type(t) in _checks.EAGER_TYPES for t in (x, weight, bias)):
+            return linear_op(x, weight, bias, activation, save_pre)[0]  # what torch.compile traces
+        return _EagerLinear.apply(x, weight, bias, activation, save_pre)
     return linear_rows(x, weight, bias, activation, False)[0]
 
 
