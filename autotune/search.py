@@ -481,7 +481,8 @@ def warm_starts(spec: KernelSpec, store: ConfigStore | None, gpu_name: str, dtyp
     `store`, newest first, where their configs are still in the space: a changed kernel is re-tuned from
     where its last search ended.
 
-    Given the problem, also up to NEIGHBOUR_WARM_STARTS winners of neighbouring searches that run on it,
+    Given the problem, then the space's own starts for it (`SearchSpace.starts`: configs known to do well on
+    such problems), and up to NEIGHBOUR_WARM_STARTS winners of neighbouring searches that run on it,
     nearest first: this bucket in another dtype or on another GPU, then the nearest buckets (from `store`
     and the shipped database). Each is only a first guess, measured here like any trial; nothing is copied."""
     configs = [dict(spec.space.default)]
@@ -501,6 +502,7 @@ def warm_starts(spec: KernelSpec, store: ConfigStore | None, gpu_name: str, dtyp
                 earlier.append(config)
         configs += earlier
     if problem is not None:
+        configs += [config for config in spec.space.starts(problem) if config not in configs]
         neighbours: list[Config] = []
         for config in _neighbour_winners(spec, store, gpu_name, DTYPE_NAMES[dtype], bucket, problem):
             if len(neighbours) == NEIGHBOUR_WARM_STARTS:

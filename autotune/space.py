@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -49,6 +49,10 @@ class SearchSpace:
     """Optional define-by-run sampling (Optuna conditional parameters): draws only the parameters a
     branch uses and derives the rest from the problem, so the sampler wastes no trials on configs the
     constraints reject. Must use the parameter names and values of `params`."""
+    starts_fn: Callable[[Problem], Sequence[Mapping[str, Any]]] | None = None
+    """Optional configs known to do well on problems like this one (measured on some GPU, say which in the
+    function's docstring): every study of such a problem tries them first, after its bucket's stored rows,
+    and measures them like any trial. Each is kept only where it is valid and the problem accepts it."""
     _by_name: dict[str, Param] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -99,6 +103,20 @@ class SearchSpace:
 
     def size(self) -> int:
         return math.prod(len(p.values) for p in self.params)
+
+    def starts(self, problem: Problem) -> list[Config]:
+        """The configs `starts_fn` offers for problem that belong to the space and that the problem accepts."""
+        if self.starts_fn is None:
+            return []
+        configs = []
+        for config in self.starts_fn(problem):
+            try:
+                valid = self.validate(config)
+            except InvalidConfig:
+                continue
+            if self.rejects(valid, problem) is None and valid not in configs:
+                configs.append(valid)
+        return configs
 
     def suggest(self, trial: Any, problem: Problem | None = None) -> Config:
         """Draw a config from an Optuna trial: the space's own sampling if it has one, else one

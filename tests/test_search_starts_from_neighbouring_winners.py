@@ -1,7 +1,8 @@
 """A study first tries the default, its own bucket's stored best and that bucket's winners under earlier kernel
-sources, then the winners of neighbouring searches (this bucket in another dtype, the nearest buckets) that run on
+sources, then its space's own starts for the problem, then the winners of neighbouring searches (this bucket in another dtype, the nearest buckets) that run on
 its problem, nearest first; each is measured here like any trial."""
 
+import dataclasses
 import json
 
 import torch
@@ -88,3 +89,21 @@ def test_a_changed_kernel_starts_from_this_buckets_winners_under_its_earlier_sou
         store_best(user_db, SPEC, "m=8,n=128", HALF_SAME_BUCKET)
         assert warm_starts(SPEC, store, gpu.current_gpu().name, torch.float32, "m=8,n=128", PROBLEM) == [
             SPEC.space.default, HALF_SAME_BUCKET, ROWS_64, ROWS_16]
+
+
+def test_a_spaces_own_starts_come_after_the_buckets_rows_and_before_the_neighbours(user_db):
+    # Only those that belong to the space and run on the problem: a 256-wide block cannot hold rows of 100 here,
+    # and a config of another space is not one.
+    offered = [online(64, 1), WIDER_ROWS, {"variant": "single", "BLOCK_SIZE": 128}, online(64, 1)]
+    spec = dataclasses.replace(SPEC, space=dataclasses.replace(SPEC.space, starts_fn=lambda problem: offered))
+    assert spec.space.starts(PROBLEM) == [online(64, 1)]
+    _store_neighbours(user_db)
+    with ConfigStore(str(user_db)) as store:
+        assert warm_starts(spec, store, gpu.current_gpu().name, torch.float32, "m=8,n=128", PROBLEM) == [
+            SPEC.space.default, online(64, 1), HALF_SAME_BUCKET, ROWS_16, ROWS_64]
+        store_best(user_db, SPEC, "m=8,n=128", ROWS_16)  # the bucket's own row comes before them
+        assert warm_starts(spec, store, gpu.current_gpu().name, torch.float32, "m=8,n=128", PROBLEM) == [
+            SPEC.space.default, ROWS_16, online(64, 1), HALF_SAME_BUCKET, ROWS_64, ROWS_1024]
+        # Without the problem nothing tells which starts run on it.
+        assert warm_starts(spec, store, gpu.current_gpu().name, torch.float32, "m=8,n=128") == [
+            SPEC.space.default, ROWS_16]
