@@ -171,9 +171,9 @@ linear_op.register_autograd(_linear_backward, setup_context=_linear_setup)
 
 
 class _EagerLinear(torch.autograd.Function):
-    """linear_op's forward and backward for an eager call that records a graph, without the op's dispatch in the
-    forward (a custom op's autograd wrapper cost 0.17 ms of host per call on the H100: benchmarks/NOTES.md,
-    "Twenty-fourth session"). The backward is the op's own."""
+    """linear_op's forward and backward function for an eager call that records a graph, without the op's dispatch
+    and autograd wrapper: 0.2-0.25 ms less host time per forward + backward on the H100's host
+    (benchmarks/results/linear-host-H100-2026-11-25.txt)."""
 
     @staticmethod
     def forward(ctx, x, weight, bias, activation: str, save_pre: bool):
