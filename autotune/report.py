@@ -320,6 +320,12 @@ def errors(report: dict) -> list[dict]:
     return [r for r in report["records"] if r.get("error")]
 
 
+def probe_header(env: dict, *details: str) -> str:
+    """One line saying where a probe ran (`environment()`'s GPU and versions), what it measured, and when."""
+    return "; ".join([f"GPU: {env['gpu']} ({env['device_name']})", f"torch {env['torch']}", f"triton {env['triton']}",
+                      *details, f"date {env['date']}"])
+
+
 def save(prefix: str | pathlib.Path, report: dict, text: str) -> pathlib.Path:
     """The report as PREFIX.json and its text as PREFIX.md; returns the .json path."""
     out = pathlib.Path(prefix)

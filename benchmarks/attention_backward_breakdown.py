@@ -22,17 +22,15 @@ forward + backward less its forward, each timed with `bench.time_ms`.
 from __future__ import annotations
 
 import argparse
-import datetime
 import importlib
 import itertools
 import json
 import math
 
 import torch
-import triton
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from autotune import bench, gpu
+from autotune import bench, report
 from autotune.kernels import flash_attn_backward
 
 flash_attn = importlib.import_module("autotune.kernels.flash_attn")  # the package's name is the function
@@ -125,18 +123,14 @@ def main() -> None:
     parser.add_argument("--dtype", default="bf16", choices=["bf16", "fp16"])
     args = parser.parse_args()
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}[args.dtype]
-    info = gpu.current_gpu()
-    header = (f"GPU: {info.name} ({info.device_name}); torch {torch.__version__}; triton {triton.__version__}; "
-              f"{args.dtype}; date {datetime.datetime.now(datetime.timezone.utc).isoformat(timespec='seconds')}")
+    env = report.environment()
+    header = report.probe_header(env, args.dtype)
     print(header, flush=True)
     rows = run(PROBLEMS, dtype)
     text = header + "\n\n" + table(rows) + "\n"
     print(text)
     if args.out:
-        with open(args.out + ".md", "w") as f:
-            f.write(text)
-        with open(args.out + ".json", "w") as f:
-            json.dump(dict(header=header, rows=rows), f, indent=1)
+        report.save(args.out, {**env, "rows": rows}, text)
 
 
 if __name__ == "__main__":

@@ -13,14 +13,12 @@ from __future__ import annotations
 
 import autotune  # first: picks the Triton interpreter when there is no GPU, before Triton is imported
 import argparse
-import datetime
 import importlib
 import json
 
 import torch
-import triton
 
-from autotune import bench, gpu
+from autotune import bench, gpu, report
 from autotune.kernels import _attn_problems as problems_
 from autotune.kernels import flash_attn_backward
 from autotune.spec import dtype_from_name, shape_label
@@ -109,18 +107,14 @@ def main() -> None:
     parser.add_argument("--backward", action="store_true", help="sweep the backward instead of the forward")
     parser.add_argument("--out", help="write OUT.md and OUT.json")
     args = parser.parse_args()
-    info = gpu.current_gpu()
-    header = (f"GPU: {info.name} ({info.device_name}); torch {torch.__version__}; triton {triton.__version__}; {args.dtype}; {'backward' if args.backward else 'forward'}; "
-              f"date {datetime.datetime.now(datetime.timezone.utc).isoformat(timespec='seconds')}")
+    env = report.environment()
+    header = report.probe_header(env, args.dtype, "backward" if args.backward else "forward")
     print(header, flush=True)
     rows = run(args.dtype, args.backward)
     text = header + "\n\n" + table(rows) + "\n"
     print(text)
     if args.out:
-        with open(args.out + ".md", "w") as f:
-            f.write(text)
-        with open(args.out + ".json", "w") as f:
-            json.dump(dict(header=header, rows=rows), f, indent=1)
+        report.save(args.out, {**env, "rows": rows}, text)
 
 
 if __name__ == "__main__":

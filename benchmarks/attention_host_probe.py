@@ -13,15 +13,13 @@ Where host exceeds graph, the call is host-bound and do_bench times the host.
 from __future__ import annotations
 
 import argparse
-import datetime
 import time
 
 import tabulate
 import torch
-import triton
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from autotune import bench, gpu
+from autotune import bench, report
 from autotune.kernels import flash_attn
 
 HOST_CALLS = 100
@@ -77,9 +75,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", help="write OUT.md")
     args = parser.parse_args()
-    info = gpu.current_gpu()
-    header = (f"GPU: {info.name} ({info.device_name}); torch {torch.__version__}; triton {triton.__version__}; bf16; "
-              f"date {datetime.datetime.now(datetime.timezone.utc).isoformat(timespec='seconds')}")
+    header = report.probe_header(report.environment(), "bf16")
     rows = run(torch.bfloat16)
     text = header + "\n\n" + tabulate.tabulate(
         rows, headers=["shape", "impl", "pass", "do_bench ms", "graph ms", "host ms per call", "bound by"],

@@ -18,7 +18,6 @@ sdpa's before timing.
 from __future__ import annotations
 
 import argparse
-import datetime
 import importlib
 import json
 import math
@@ -28,7 +27,7 @@ import triton
 import triton.language as tl
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from autotune import bench, gpu
+from autotune import bench, report
 
 flash_attn = importlib.import_module("autotune.kernels.flash_attn")  # the package's name is the function
 
@@ -159,18 +158,14 @@ def main() -> None:
     parser.add_argument("--dtype", default="bf16", choices=["bf16", "fp16"])
     args = parser.parse_args()
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}[args.dtype]
-    info = gpu.current_gpu()
-    header = (f"GPU: {info.name} ({info.device_name}); torch {torch.__version__}; triton {triton.__version__}; {args.dtype}; "
-              f"date {datetime.datetime.now(datetime.timezone.utc).isoformat(timespec='seconds')}")
+    env = report.environment()
+    header = report.probe_header(env, args.dtype)
     print(header, flush=True)
     rows = run(PROBLEMS, CONFIGS, dtype)
     text = header + "\n\n" + table(rows) + "\n"
     print(text)
     if args.out:
-        with open(args.out + ".md", "w") as f:
-            f.write(text)
-        with open(args.out + ".json", "w") as f:
-            json.dump(dict(header=header, rows=rows), f, indent=1)
+        report.save(args.out, {**env, "rows": rows}, text)
 
 
 if __name__ == "__main__":

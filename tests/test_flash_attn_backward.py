@@ -11,7 +11,6 @@ import pytest
 import torch
 import torch.nn.functional as F
 from torch._subclasses.fake_tensor import FakeTensorMode
-from torch.utils._python_dispatch import TorchDispatchMode
 
 from autotune import runtime
 from autotune.kernels import _attn_problems as problems_
@@ -21,6 +20,7 @@ from autotune.search_spaces.flash_attn import BACKWARD_SPACE as SPACE
 from autotune.verify import ReferenceCache, check_problem, compare, outputs_like, verify
 
 import attention_checks
+from dispatched_ops import DispatchedOps
 
 pytestmark = [pytest.mark.usefixtures("user_db"), pytest.mark.filterwarnings("ignore::RuntimeWarning")]
 
@@ -132,23 +132,11 @@ def test_gradients_where_no_query_sees_a_key_are_zero_as_in_sdpa():
         assert all(g.shape == e.shape and torch.equal(g, e) for g, e in zip(got, expect))
 
 
-class _OpCalls(TorchDispatchMode):
-    """Names of the ops dispatched while active."""
-
-    def __init__(self):
-        super().__init__()
-        self.names: list[str] = []
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        self.names.append(str(func))
-        return func(*args, **(kwargs or {}))
-
-
 def test_an_eager_call_that_records_a_graph_skips_the_ops_dispatch_and_gets_its_gradients():
     torch.manual_seed(0)
     q, k, v = torch.randn(1, 4, 13, 16), torch.randn(1, 2, 21, 16), torch.randn(1, 2, 21, 16)
     do = torch.randn(1, 4, 13, 16)
-    with _OpCalls() as calls:
+    with DispatchedOps() as calls:
         eager = _grads(lambda *t: flash_attn(*t, is_causal=True, enable_gqa=True), (q, k, v), do)
     assert not [name for name in calls.names if name.startswith("autotune.")]
     through_op = _grads(lambda *t: torch.ops.autotune.flash_attn(*t, True, 0.25)[0], (q, k, v), do)

@@ -11,7 +11,6 @@ import pytest
 import torch
 import torch.nn.functional as F
 from torch._subclasses.fake_tensor import FakeTensorMode
-from torch.utils._python_dispatch import TorchDispatchMode
 
 from autotune import runtime
 from autotune.kernels import _gemm
@@ -22,6 +21,7 @@ from autotune.kernels.mlp import MLP
 from autotune.search_spaces import mlp as mlp_space
 from autotune.search_spaces.matmul import SPACE
 from autotune.verify import check_problem, verify
+from dispatched_ops import DispatchedOps
 from stored_rows import store_best
 
 pytestmark = [pytest.mark.usefixtures("user_db"), pytest.mark.filterwarnings("ignore::RuntimeWarning")]
@@ -134,23 +134,11 @@ def test_linear_backward_launches_the_tuned_matmul_and_only_what_is_needed():
         assert linear(x, w).grad_fn is None
 
 
-class _OpCalls(TorchDispatchMode):
-    """Names of the ops dispatched while active."""
-
-    def __init__(self):
-        super().__init__()
-        self.names: list[str] = []
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        self.names.append(str(func))
-        return func(*args, **(kwargs or {}))
-
-
 @pytest.mark.parametrize("activation", ["none", "gelu_tanh"])
 def test_an_eager_linear_that_records_a_graph_skips_the_ops_dispatch_and_gets_its_gradients(activation):
     torch.manual_seed(4)
     x, w, b, g = torch.randn(9, 20), torch.randn(12, 20), torch.randn(12), torch.randn(9, 12)
-    with _OpCalls() as calls:
+    with DispatchedOps() as calls:
         eager = _grads(lambda x, w, b: linear(x, w, b, activation), (x, w, b), g)
     assert "autotune.linear.default" not in calls.names  # the backward's products still go through autotune.matmul
     through_op = _grads(lambda x, w, b: linear_op(x, w, b, activation, activation != "none")[0], (x, w, b), g)

@@ -382,7 +382,8 @@ def flash_attn(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is_causal: boo
     heads, head dims 1..256. Differentiable in q, k and v through the tuned backward kernels; a torch custom
     op, so it works under torch.compile(fullgraph=True)."""
     scale = _check(q, k, v, is_causal, scale, enable_gqa)
-    if torch.compiler.is_compiling() or not all(type(t) in _checks.EAGER_TYPES for t in (q, k, v)):
+    eager = _checks.EAGER_TYPES
+    if torch.compiler.is_compiling() or not (type(q) in eager and type(k) in eager and type(v) in eager):
         return _flash_attn_op(q, k, v, is_causal, scale)[0]  # what torch.compile traces; fake tensors run its fake
     if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
         return _EagerFlashAttn.apply(q, k, v, is_causal, scale)

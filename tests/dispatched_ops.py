@@ -1,0 +1,15 @@
+"""A dispatch mode that records the name of every op dispatched while it is active: which ops a call went through."""
+
+from torch.utils._python_dispatch import TorchDispatchMode
+
+
+class DispatchedOps(TorchDispatchMode):
+    """Names of the ops dispatched while active (`with DispatchedOps() as ops: ...; ops.names`)."""
+
+    def __init__(self):
+        super().__init__()
+        self.names: list[str] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.names.append(str(func))
+        return func(*args, **(kwargs or {}))
