@@ -13,3 +13,8 @@ class DispatchedOps(TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         self.names.append(str(func))
         return func(*args, **(kwargs or {}))
+
+
+def autotune_ops(names: list[str]) -> list[str]:
+    """Those of names that are this package's custom ops."""
+    return [name for name in names if name.startswith("autotune.")]

@@ -16,12 +16,12 @@ from autotune import runtime
 from autotune.kernels import _gemm
 from autotune.kernels import _matmul_problems as problems_
 from autotune.kernels import linear, matmul, mlp
-from autotune.kernels.matmul import LINEAR, apply_activation, linear_op
-from autotune.kernels.mlp import MLP
+from autotune.kernels.matmul import LINEAR, _matmul_op, apply_activation, linear_op
+from autotune.kernels.mlp import MLP, _mlp_op
 from autotune.search_spaces import mlp as mlp_space
 from autotune.search_spaces.matmul import SPACE
 from autotune.verify import check_problem, verify
-from dispatched_ops import DispatchedOps
+from dispatched_ops import DispatchedOps, autotune_ops
 from stored_rows import store_best
 
 pytestmark = [pytest.mark.usefixtures("user_db"), pytest.mark.filterwarnings("ignore::RuntimeWarning")]
@@ -140,18 +140,47 @@ def test_an_eager_linear_that_records_a_graph_skips_the_ops_dispatch_and_gets_it
     x, w, b, g = torch.randn(9, 20), torch.randn(12, 20), torch.randn(12), torch.randn(9, 12)
     with DispatchedOps() as calls:
         eager = _grads(lambda x, w, b: linear(x, w, b, activation), (x, w, b), g)
-    assert "autotune.linear.default" not in calls.names  # the backward's products still go through autotune.matmul
+    assert autotune_ops(calls.names) == []  # nor do the backward's products go through autotune.matmul
     through_op = _grads(lambda x, w, b: linear_op(x, w, b, activation, activation != "none")[0], (x, w, b), g)
     for e, o in zip(eager, through_op):
         assert torch.equal(e, o)
 
 
-def test_fake_tensors_go_through_the_linear_op():
+def test_an_eager_matmul_that_records_a_graph_skips_the_ops_dispatch_and_gets_its_gradients():
+    torch.manual_seed(5)
+    a, b, g = torch.randn(3, 9, 20), torch.randn(20, 12), torch.randn(3, 9, 12)  # b broadcasts over a's batch
+    with DispatchedOps() as calls:
+        eager = _grads(matmul, (a, b), g)
+    assert autotune_ops(calls.names) == []
+    through_op = _grads(lambda a, b: _matmul_op(a, b.expand(3, 20, 12)), (a, b), g)
+    for e, o in zip(eager, through_op):
+        assert torch.equal(e, o)
+
+
+def test_an_eager_mlp_that_records_a_graph_skips_the_ops_dispatch_and_gets_its_gradients():
+    torch.manual_seed(6)
+    tensors = (torch.randn(7, 20), torch.randn(36, 20), torch.randn(36), torch.randn(12, 36), torch.randn(12))
+    g = torch.randn(7, 12)
+    with DispatchedOps() as calls:
+        eager = _grads(lambda *t: mlp(*t, activation="gelu_tanh"), tensors, g)
+    assert autotune_ops(calls.names) == []  # nor the recomputed hidden layer and the four products
+    through_op = _grads(lambda *t: _mlp_op(*t, "gelu_tanh"), tensors, g)
+    for e, o in zip(eager, through_op):
+        assert torch.equal(e, o)
+
+
+def test_fake_tensors_go_through_the_ops():
     with FakeTensorMode():
         x, w = torch.empty(7, 16, requires_grad=True), torch.empty(4, 16, requires_grad=True)
         y = linear(x, w, None, "silu")
         dx, dw = torch.autograd.grad(y, (x, w), torch.empty(7, 4))
-    assert y.shape == (7, 4) and dx.shape == (7, 16) and dw.shape == (4, 16)
+        assert y.shape == (7, 4) and dx.shape == (7, 16) and dw.shape == (4, 16)
+        a, b = torch.empty(2, 7, 16, requires_grad=True), torch.empty(16, 5, requires_grad=True)
+        da, db = torch.autograd.grad(matmul(a, b), (a, b), torch.empty(2, 7, 5))
+        assert da.shape == a.shape and db.shape == b.shape
+        w1, w2 = torch.empty(24, 16, requires_grad=True), torch.empty(5, 24, requires_grad=True)
+        dx, dw1, dw2 = torch.autograd.grad(mlp(x, w1, None, w2, None), (x, w1, w2), torch.empty(7, 5))
+        assert dx.shape == x.shape and dw1.shape == w1.shape and dw2.shape == w2.shape
 
 
 @pytest.mark.parametrize("dtype", [torch.float16])

@@ -16,6 +16,17 @@ EAGER_TYPES = (torch.Tensor, torch.nn.Parameter)
 go through the op, whose fake implementation they can run."""
 
 
+def eager(*tensors: torch.Tensor | None) -> bool:
+    """Whether a call on these tensors may skip its custom op: torch.compile is not tracing it, and each tensor
+    (None for an absent one) is a plain torch.Tensor or Parameter."""
+    if torch.compiler.is_compiling():
+        return False
+    for t in tensors:  # a loop, not all(...): this runs on every call's path
+        if t is not None and type(t) not in EAGER_TYPES:
+            return False
+    return True
+
+
 def _names(dtypes: tuple[torch.dtype, ...]) -> str:
     return ", ".join(str(d).removeprefix("torch.") for d in dtypes)
 

@@ -121,17 +121,42 @@ def _matmul_setup(ctx, inputs, output) -> None:
 
 def _matmul_backward(ctx, dy):
     a, b = ctx.saved_tensors
-    da = _matmul_op(dy, b.transpose(1, 2)) if ctx.needs_input_grad[0] else None
-    db = _matmul_op(a.transpose(1, 2), dy) if ctx.needs_input_grad[1] else None
+    da = _matmul_call(dy, b.transpose(1, 2)) if ctx.needs_input_grad[0] else None
+    db = _matmul_call(a.transpose(1, 2), dy) if ctx.needs_input_grad[1] else None
     return da, db
 
 
 _matmul_op.register_autograd(_matmul_backward, setup_context=_matmul_setup)
 
 
+class _EagerMatmul(torch.autograd.Function):
+    """_matmul_op's forward and backward for an eager call that records a graph, without the op's dispatch and
+    autograd wrapper (as _EagerLinear)."""
+
+    @staticmethod
+    def forward(ctx, a, b):
+        ctx.save_for_backward(a, b)
+        return matmul_batched(a, b)
+
+    @staticmethod
+    def backward(ctx, dy):
+        return _matmul_backward(ctx, dy)
+
+
+def _matmul_call(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """The tuned a @ b of (B, M, K) and (B, K, N): through the custom op where torch.compile traces or a tensor
+    subclass comes in, through _EagerMatmul where an eager call records a graph, else launched directly."""
+    if not _checks.eager(a, b):
+        return _matmul_op(a, b)  # what torch.compile traces; fake tensors run its fake
+    if needs_graph(a, b):
+        return _EagerMatmul.apply(a, b)
+    return matmul_batched(a, b)
+
+
 def mm(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """The tuned 2-D a @ b as a torch op (what the backward passes launch)."""
-    return _matmul_op(a.unsqueeze(0), b.unsqueeze(0))[0]
+    """The tuned 2-D a @ b (what the backward passes launch): a plain launch in an eager backward, the op
+    where torch.compile traces, recorded where the backward itself records a graph (create_graph=True)."""
+    return _matmul_call(a.unsqueeze(0), b.unsqueeze(0))[0]
 
 
 @torch.library.custom_op("autotune::linear", mutates_args=())
@@ -159,7 +184,7 @@ def _linear_backward(ctx, dy, _dz):
         return None, None, None, None, None
     if ctx.activation != "none":
         if z.numel() != dy.numel():  # recorded without the pre-activation stored: recompute it
-            z = linear_op(x, weight, bias, "none", False)[0]
+            z = linear_call(x, weight, bias, "none", False)[0]
         dy = activation_backward(dy, z, ctx.activation)
     dx = mm(dy, weight) if ctx.needs_input_grad[0] else None
     dw = mm(dy.t(), x) if ctx.needs_input_grad[1] else None
@@ -173,7 +198,7 @@ linear_op.register_autograd(_linear_backward, setup_context=_linear_setup)
 class _EagerLinear(torch.autograd.Function):
     """linear_op's forward and backward function for an eager call that records a graph, without the op's dispatch
     and autograd wrapper: 0.2-0.25 ms less host time per forward + backward on the H100's host
-    (benchmarks/results/linear-host-H100-2026-11-25.txt)."""
+    (benchmarks/results/linear-host-H100-2026-11-25.txt), before the backward's products skipped it too."""
 
     @staticmethod
     def forward(ctx, x, weight, bias, activation: str, save_pre: bool):
@@ -193,12 +218,20 @@ def needs_graph(*tensors: torch.Tensor | None) -> bool:
     return torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)
 
 
+def linear_call(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, activation: str,
+                save_pre: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """linear_rows where no graph is recorded or traced (as in an eager backward), else linear_op."""
+    if needs_graph(x, weight, bias) or not _checks.eager(x, weight, bias):
+        return linear_op(x, weight, bias, activation, save_pre)
+    return linear_rows(x, weight, bias, activation, save_pre)
+
+
 def linear_2d(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, activation: str) -> torch.Tensor:
     """linear on checked arguments with a 2-D x: through the custom op where torch.compile traces or a tensor
     subclass comes in, through _EagerLinear where an eager call records a graph."""
     if needs_graph(x, weight, bias):
         save_pre = activation != "none" and torch.is_grad_enabled()
-        if torch.compiler.is_compiling() or not all(t is None or type(t) in _checks.EAGER_TYPES for t in (x, weight, bias)):
+        if not _checks.eager(x, weight, bias):
             return linear_op(x, weight, bias, activation, save_pre)[0]  # what torch.compile traces
         return _EagerLinear.apply(x, weight, bias, activation, save_pre)
     return linear_rows(x, weight, bias, activation, False)[0]
@@ -255,7 +288,7 @@ def matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """
     _check_matmul(a, b)
     a3, b3 = _batched(a, b)
-    y = _matmul_op(a3, b3) if needs_graph(a, b) else matmul_batched(a3, b3)
+    y = _matmul_call(a3, b3)
     return y[0] if a.dim() == b.dim() == 2 else y
 
 

@@ -14,12 +14,12 @@ import triton
 import triton.language as tl
 
 from autotune import runtime
-from autotune.kernels import _gemm
+from autotune.kernels import _checks, _gemm
 from autotune.kernels import _matmul_problems as problems_
 from autotune.kernels._gemm import accumulate, activate, dot_pointers, partial_sums, store_tile
 from autotune.kernels._grid import cdiv
 from autotune.kernels.matmul import (
-    activation_backward, apply_activation, check_activation, check_dtype, check_like, gemm_spec, linear_op, linear_rows,
+    activation_backward, apply_activation, check_activation, check_dtype, check_like, gemm_spec, linear_call, linear_rows,
     mm, needs_graph,
 )
 from autotune.search_spaces.mlp import SPACE, bucket
@@ -124,7 +124,7 @@ def _mlp_backward(ctx, dy):
     x, w1, b1, w2 = ctx.saved_tensors
     act = ctx.activation
     need_x, need_w1, need_b1, need_w2, need_b2, _ = ctx.needs_input_grad
-    hidden, z = linear_op(x, w1, b1, act, act != "none")  # recomputed, the pre-activation stored with it
+    hidden, z = linear_call(x, w1, b1, act, act != "none")  # recomputed, the pre-activation stored with it
     dw2 = mm(dy.t(), hidden) if need_w2 else None
     db2 = dy.sum(0) if ctx.has_b2 and need_b2 else None
     dz = activation_backward(mm(dy, w2), z, act) if need_x or need_w1 or need_b1 else None
@@ -135,6 +135,30 @@ def _mlp_backward(ctx, dy):
 
 
 _mlp_op.register_autograd(_mlp_backward, setup_context=_mlp_setup)
+
+
+class _EagerMlp(torch.autograd.Function):
+    """_mlp_op's forward and backward for an eager call that records a graph, without the op's dispatch and
+    autograd wrapper (as matmul's _EagerLinear)."""
+
+    @staticmethod
+    def forward(ctx, x, w1, b1, w2, b2, activation: str):
+        _mlp_setup(ctx, (x, w1, b1, w2, b2, activation), None)
+        return mlp_rows(x, w1, b1, w2, b2, activation)
+
+    @staticmethod
+    def backward(ctx, dy):
+        return _mlp_backward(ctx, dy)
+
+
+def _mlp_call(x, w1, b1, w2, b2, activation: str) -> torch.Tensor:
+    """The tuned mlp of a checked 2-D x: through the custom op where torch.compile traces or a tensor subclass
+    comes in, through _EagerMlp where an eager call records a graph, else launched directly."""
+    if not _checks.eager(x, w1, b1, w2, b2):
+        return _mlp_op(x, w1, b1, w2, b2, activation)  # what torch.compile traces; fake tensors run its fake
+    if needs_graph(x, w1, b1, w2, b2):
+        return _EagerMlp.apply(x, w1, b1, w2, b2, activation)
+    return mlp_rows(x, w1, b1, w2, b2, activation)
 
 
 def mlp(x: torch.Tensor, w1: torch.Tensor, b1: torch.Tensor | None, w2: torch.Tensor, b2: torch.Tensor | None,
@@ -158,7 +182,7 @@ def mlp(x: torch.Tensor, w1: torch.Tensor, b1: torch.Tensor | None, w2: torch.Te
     check_like("b2", b2, x, (w2.shape[0],))
     act = check_activation(activation)
     x2 = x.reshape(-1, k)
-    y = _mlp_op(x2, w1, b1, w2, b2, act) if needs_graph(x, w1, b1, w2, b2) else mlp_rows(x2, w1, b1, w2, b2, act)
+    y = _mlp_call(x2, w1, b1, w2, b2, act)
     return y.view(*x.shape[:-1], w2.shape[0])
 
 
