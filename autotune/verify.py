@@ -25,6 +25,7 @@ from hypothesis.errors import NoSuchExample, Unsatisfiable
 from hypothesis.strategies import SearchStrategy
 
 from autotune import gpu
+from autotune.repeatable_draws import without_local_constants
 from autotune.space import Config, Problem
 from autotune.spec import DTYPE_NAMES, KernelSpec
 
@@ -356,7 +357,8 @@ def _minimal_failing(checks: _Checks, strategy: SearchStrategy, examples: int, s
                                 suppress_health_check=list(HealthCheck), phases=NO_EXPLAIN)
         rng = random.Random(seed if seed is not None else 0) if run == 0 else random.Random(f"{seed}/{run}")
         try:
-            return find(strategy, checks.drawn_fails, settings=hyp_settings, random=rng)
+            with without_local_constants():  # else the draws depend on what this process has imported
+                return find(strategy, checks.drawn_fails, settings=hyp_settings, random=rng)
         except (NoSuchExample, Unsatisfiable):  # Unsatisfiable: the config applies to none of the draws
             pass
         new, missing = len(checks.drawn) - before, examples - len(checks.drawn)
