@@ -403,8 +403,8 @@ def query(kernel: str, gpu_name: str | None, dtype: str | None, db_url: str | No
     gpu_name = gpu.normalize_gpu_name(gpu_name) if gpu_name else None
     rows = stored_rows(spec, db_url=db_url, gpu=gpu_name, dtype=dtype)
     if fmt == "table":
-        keep = ("gpu", "dtype", "bucket", "config", "time_ms", "vs_default", "vs_torch", "examples", "verified", "current",
-                "source")
+        keep = ("gpu", "dtype", "bucket", "config", "time_ms", "timing", "vs_default", "vs_torch", "examples", "verified",
+                "current", "source")
         rows = [{k: r[k] for k in keep} for r in rows]
     _emit(rows, fmt)
 

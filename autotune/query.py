@@ -24,7 +24,8 @@ def stored_rows(
     """Rows of spec's best configs: from db_url alone if given, else the user and shipped databases.
 
     `current` says whether a row was tuned for this version of the kernel (the runtime uses only those);
-    `verified` how its latest re-verification went (the runtime never serves a row that failed it).
+    `verified` how its latest re-verification went (the runtime never serves a row that failed it); `timing`
+    how its time_ms was taken (`autotune.db.store.TIMINGS`; None for rows stored before schema version 3).
     """
     from autotune.db import ConfigStore, as_url
 
@@ -42,6 +43,7 @@ def stored_rows(
                         "bucket": r.bucket,
                         "config": r.config_json,
                         "time_ms": r.time_ms,
+                        "timing": r.timing,
                         "default_ms": r.default_time_ms,
                         "torch_ms": r.baseline_time_ms,
                         "vs_default": r.speedup_vs_default,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import math
 import time
@@ -39,6 +40,7 @@ class TrialOutcome:
     reason: str | None = None
     time_ms: float | None = None
     example: Problem | None = None
+    timing: str | None = None  # how time_ms was taken: one of bench.TIMINGS
 
 
 @dataclass
@@ -62,6 +64,7 @@ class SearchResult:
     study_name: str = ""
     compiled_ahead: int = 0  # configs built by compile-ahead workers before their turn
     seconds: dict[str, float] = field(default_factory=dict)  # wall time by phase: where a search's time went
+    best_timing: str | None = None  # how best_ms was taken: one of bench.TIMINGS
 
     @property
     def speedup_vs_default(self) -> float | None:
@@ -196,7 +199,7 @@ class Evaluator:
         if key not in self.cache:
             self.cache[key] = self._evaluate(config, number)
         cached = self.cache[key]
-        return TrialOutcome(number, config, cached.outcome, cached.reason, cached.time_ms, cached.example)
+        return dataclasses.replace(cached, number=number, config=config)
 
     def _phase(self, name: str, started: float) -> None:
         self.seconds[name] = self.seconds.get(name, 0.0) + time.perf_counter() - started
@@ -228,9 +231,9 @@ class Evaluator:
         if not self._drawn:  # not drawn yet, or the default's draws were none of them: those of the first pass
             self._drawn = [p for p in result.problems if p not in self.edges]
         timed = time.perf_counter()
-        ms = bench.kernel_ms(lambda: self.spec.launch(self.inputs, config, self._out), **self.timing)
+        ms, timing = bench.kernel_time(lambda: self.spec.launch(self.inputs, config, self._out), **self.timing)
         self._phase("time", timed)
-        return TrialOutcome(number, config, "ok", None, ms)
+        return TrialOutcome(number, config, "ok", None, ms, timing=timing)
 
 
 def search(
@@ -407,7 +410,7 @@ def conclude(
         if on_final_check is not None:
             on_final_check(outcome.config, final, time.perf_counter() - checked)
         if final.passed:
-            result.best_config, result.best_ms = outcome.config, outcome.time_ms
+            result.best_config, result.best_ms, result.best_timing = outcome.config, outcome.time_ms, outcome.timing
             key = json.dumps(outcome.config, sort_keys=True)
             result.examples_verified = examples_passed.get(key, 0) + final.examples
             break
@@ -423,6 +426,8 @@ def record_outcome(trial: optuna.Trial, outcome: TrialOutcome) -> None:
     """Keep what a trial's config did in the study, where `outcome_of` reads it back in any process."""
     trial.set_user_attr("config", outcome.config)
     trial.set_user_attr("outcome", outcome.outcome)
+    if outcome.timing:
+        trial.set_user_attr("timing", outcome.timing)
     if outcome.reason:
         trial.set_user_attr("reason", outcome.reason)
     if outcome.example is not None:
@@ -434,7 +439,8 @@ def outcome_of(trial: optuna.trial.FrozenTrial) -> TrialOutcome | None:
     attrs = trial.user_attrs
     if trial.state not in (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED) or "outcome" not in attrs:
         return None
-    return TrialOutcome(trial.number, attrs["config"], attrs["outcome"], attrs.get("reason"), trial.value, attrs.get("example"))
+    return TrialOutcome(trial.number, attrs["config"], attrs["outcome"], attrs.get("reason"), trial.value, attrs.get("example"),
+                        attrs.get("timing"))
 
 
 def _optimize_in_batches(
@@ -568,7 +574,7 @@ def _record(store: ConfigStore, spec: KernelSpec, result: SearchResult, info: gp
         BestRow(
             kernel=spec.name, source_hash=spec.source_hash, gpu=info.name, device_name=info.device_name,
             dtype=result.dtype, bucket=result.bucket, config_json=json.dumps(result.best_config, sort_keys=True),
-            problem_json=json.dumps(result.problem, sort_keys=True), time_ms=result.best_ms,
+            problem_json=json.dumps(result.problem, sort_keys=True), time_ms=result.best_ms, timing=result.best_timing,
             default_time_ms=result.default_ms, baseline_time_ms=result.baseline_ms,
             examples_verified=result.examples_verified, triton_version=triton.__version__,
             torch_version=torch.__version__,

@@ -41,6 +41,7 @@ def best(**overrides: Any) -> BestRow:
         time_ms=2.0,
         default_time_ms=3.0,
         baseline_time_ms=4.0,
+        timing="graph",
         examples_verified=50,
         triton_version="3.1.0",
         torch_version="2.5.1",
@@ -113,7 +114,7 @@ def test_row_properties_handle_missing_times_and_bad_json() -> None:
 
 @pytest.mark.parametrize(
     "bad", [{"config_json": "{oops"}, {"problem_json": "3"}, {"time_ms": float("nan")}, {"time_ms": 0.0},
-            {"created_at": datetime(2025, 1, 1)}]
+            {"created_at": datetime(2025, 1, 1)}, {"timing": "stopwatch"}]
 )
 def test_record_best_rejects_bad_rows(store: ConfigStore, bad: dict[str, Any]) -> None:
     with pytest.raises(ValueError):

@@ -11,10 +11,10 @@ from sqlalchemy.schema import CreateColumn
 
 from autotune.db.models import SCHEMA_VERSION, BestConfig, SchemaInfo
 
-UPGRADABLE = (1,)
+UPGRADABLE = (1, 2)
 """Schema versions this autotune can upgrade to SCHEMA_VERSION (and read without upgrading)."""
 
-_GROWN = (BestConfig.__table__,)  # the tables that gained columns since version 1
+_GROWN = (BestConfig.__table__,)  # the tables that gained columns since version 1 (verification; timing in 3)
 
 
 def missing_columns(conn: Connection, table: Table) -> list[str]:

@@ -7,9 +7,10 @@ from datetime import datetime, timezone
 from sqlalchemy import Boolean, DateTime, Dialect, Float, Index, Integer, String, Text, TypeDecorator, UniqueConstraint
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 """Bump on any change to the tables below; a database with another version is refused on open, unless
-autotune.db.migrations can upgrade it (version 1: best_configs without the verification columns)."""
+autotune.db.migrations can upgrade it (version 1: best_configs without the verification columns; version 2:
+without `timing`)."""
 
 
 class UTCDateTime(TypeDecorator[datetime]):
@@ -63,6 +64,7 @@ class BestConfig(Base):
     time_ms: Mapped[float] = mapped_column(Float)
     default_time_ms: Mapped[float | None] = mapped_column(Float)
     baseline_time_ms: Mapped[float | None] = mapped_column(Float)
+    timing: Mapped[str | None] = mapped_column(String(16))  # how time_ms was taken (store.TIMINGS); NULL: not recorded
     examples_verified: Mapped[int] = mapped_column(Integer)
     triton_version: Mapped[str] = mapped_column(String(64))
     torch_version: Mapped[str] = mapped_column(String(64))

@@ -23,6 +23,10 @@ from autotune.db.models import SCHEMA_VERSION, Base, BestConfig, SchemaInfo, Tri
 
 OUTCOMES = ("ok", "invalid", "compile_error", "incorrect", "error", "crashed", "timeout")
 """What can happen to a trial."""
+TIMINGS = ("graph", "do_bench", "wall")
+"""How a row's time_ms was taken (`bench.kernel_time`): do_bench of the call's CUDA-graph replay, the GPU's time
+alone; do_bench of the call itself, host time included wherever it outlasts the L2 clear (a call that cannot be
+captured, and every search before the graph timing); wall clock under the interpreter. None: not recorded."""
 
 _BUSY_TIMEOUT_MS = 30_000
 _WRITE_RETRIES = 5
@@ -77,6 +81,7 @@ class BestRow:
     time_ms: float
     default_time_ms: float | None = None
     baseline_time_ms: float | None = None
+    timing: str | None = None  # how time_ms was taken: one of TIMINGS, None where not recorded
     examples_verified: int
     triton_version: str
     torch_version: str
@@ -171,6 +176,8 @@ def _check_best(row: BestRow) -> None:
     _check_time(row.time_ms, "time_ms")
     _check_time(row.default_time_ms, "default_time_ms")
     _check_time(row.baseline_time_ms, "baseline_time_ms")
+    if row.timing is not None and row.timing not in TIMINGS:
+        raise ValueError(f"timing must be one of {TIMINGS} or None, got {row.timing!r}")
     if row.examples_verified < 0:
         raise ValueError(f"examples_verified must be >= 0, got {row.examples_verified}")
     _check_aware(row.created_at)
