@@ -1,4 +1,4 @@
-"""The same seed draws the same problems in every process and on every machine.
+"""The same seed draws the same problems in every process, and on any machine with the same versions.
 
 Hypothesis's default provider sometimes draws, instead of a random value, a constant it found in the source of
 an imported "local" module (anything outside the standard library and the site-packages directories). Which

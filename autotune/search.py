@@ -40,7 +40,7 @@ class TrialOutcome:
     reason: str | None = None
     time_ms: float | None = None
     example: Problem | None = None
-    timing: str | None = None  # how time_ms was taken: one of bench.TIMINGS
+    timing: str | None = None  # how time_ms was taken: one of autotune.db.store.TIMINGS
 
 
 @dataclass
@@ -64,7 +64,7 @@ class SearchResult:
     study_name: str = ""
     compiled_ahead: int = 0  # configs built by compile-ahead workers before their turn
     seconds: dict[str, float] = field(default_factory=dict)  # wall time by phase: where a search's time went
-    best_timing: str | None = None  # how best_ms was taken: one of bench.TIMINGS
+    best_timing: str | None = None  # how best_ms was taken: one of autotune.db.store.TIMINGS
 
     @property
     def speedup_vs_default(self) -> float | None:
