@@ -24,12 +24,16 @@ except ImportError:  # pragma: no cover - an old Hypothesis: no local constants 
     _providers = None
 
 _SWAPPED = ("_get_local_constants", "CONSTANTS_CACHE", "Constants")
-_own_cache: Any = None  # the pools of constants drawn from under the swap, kept apart from Hypothesis's own
 
 
 def local_constants_controlled() -> bool:
     """Whether this Hypothesis draws local constants in a way `without_local_constants` turns off."""
     return _providers is not None and all(hasattr(_providers, name) for name in _SWAPPED)
+
+
+# Hypothesis caches, per kind of draw, the constants it may choose from: the pools drawn from under the swap are
+# kept apart from its own (pools holding local constants made outside the block, or without them seen after it).
+_OWN_CACHE: Any = type(_providers.CONSTANTS_CACHE)(1024) if local_constants_controlled() else None
 
 
 @contextlib.contextmanager
@@ -38,14 +42,9 @@ def without_local_constants() -> Iterator[None]:
     if not local_constants_controlled():
         yield
         return
-    global _own_cache
-    if _own_cache is None:
-        # Hypothesis caches, per kind of draw, the constants it may choose from: ours must not mix with its own
-        # (pools holding local constants made outside the block, or pools without them seen after it).
-        _own_cache = type(_providers.CONSTANTS_CACHE)(1024)
     none = _providers.Constants()
     saved = _providers._get_local_constants, _providers.CONSTANTS_CACHE
-    _providers._get_local_constants, _providers.CONSTANTS_CACHE = (lambda: none), _own_cache
+    _providers._get_local_constants, _providers.CONSTANTS_CACHE = (lambda: none), _OWN_CACHE
     try:
         yield
     finally:
