@@ -18,7 +18,7 @@ from autotune.kernels import _norm_problems, layer_norm, rms_norm
 from autotune.kernels.layer_norm import LAYER_NORM, RMS_NORM
 from autotune.search_spaces.layer_norm import FORWARD_SPACE as SPACE
 from autotune.search_spaces.layer_norm import bucket
-from autotune.verify import verify
+from autotune.verify import check_problem, compare_outputs, verify
 from stored_rows import store_best
 
 pytestmark = [
@@ -95,6 +95,61 @@ def test_the_gate_catches_an_unwritten_sum_and_a_wrong_row():
         result = verify(spec, dict(SPACE.default), torch.float32, examples=0,
                         extra_problems=[problem([3, 40], residual=True)])
         assert not result.passed and why in result.failure.reason
+
+
+def _cancelling_inputs(residual: bool):
+    """float32 rows with a bias, no weight, and the element of row 1 whose normalized value z is largest:
+    (inputs, its column, its z), the bias there cancelling z to about 1e-6."""
+    inputs = _norm_problems.forward_inputs(problem([2, 40], weight=False, residual=residual), torch.float32,
+                                           torch.device("cpu"), 3)
+    z = LAYER_NORM.reference({**inputs, "bias": None})
+    z = z[0] if residual else z
+    col = int(z[1].abs().argmax())
+    inputs["bias"][col] = (1e-6 - z[1, col]).float()
+    return inputs, col, float(z[1, col].abs())
+
+
+@pytest.mark.parametrize("residual", [False, True])
+def test_a_bias_cancelling_the_normalized_value_is_judged_against_the_size_of_both(residual):
+    inputs, col, z = _cancelling_inputs(residual)
+    ref = LAYER_NORM.reference(inputs)
+    y_ref = ref[0] if residual else ref
+    floor = LAYER_NORM.error_floor(inputs)
+    y_floor = floor[0] if residual else floor
+    assert abs(float(y_ref[1, col])) < 1e-5 and float(y_floor[1, col]) > z > 1.0
+    assert not residual or floor[1] is None  # the sum h gets no floor
+    z_all = LAYER_NORM.reference({**inputs, "bias": None})
+    z_all = z_all[0] if residual else z_all
+    assert bool((y_floor >= torch.maximum(z_all.abs(), inputs["bias"].double().abs())).all())  # the larger term
+    assert LAYER_NORM.error_floor({**inputs, "bias": None}) is None and RMS_NORM.error_floor is None
+
+
+def test_the_rounding_of_the_normalized_value_passes_where_a_wrong_value_still_fails():
+    # On the H100 every config of the float32 16384x8192 bucket, single-pass and looped, failed a 4097-wide
+    # row with a bias (error 0.000701 against a budget of 0.000308): y = z + b rounds z (about 1.5 there)
+    # before the bias cancels it, and PyTorch's own output happened to round closer on that element. Every
+    # variant of the kernel's arithmetic failed it alike (results/layer-norm-gate-probe-H100-2026-11-26.md).
+    inputs, col, z = _cancelling_inputs(False)
+    ref = LAYER_NORM.reference(inputs)
+    floor = LAYER_NORM.error_floor(inputs)
+    perfect = ref.float()  # PyTorch as if it rounded every element exactly: the smallest budget there is
+    half_ulp_of_z = ref.clone()
+    half_ulp_of_z[1, col] += 0.5 * torch.finfo(torch.float32).eps * z
+    assert compare_outputs(half_ulp_of_z.float(), ref, perfect)[2] is not None  # without the floor: fails
+    assert compare_outputs(half_ulp_of_z.float(), ref, perfect, floor)[2] is None
+    off = (ref * (1 + 1e-4)).float()
+    assert compare_outputs(off, ref, perfect, floor)[2] is not None
+    kernel_out = torch.empty_like(perfect)
+    LAYER_NORM.launch(inputs, dict(SPACE.default), kernel_out)
+    assert compare_outputs(kernel_out, ref, LAYER_NORM.baseline(inputs), floor)[2] is None
+
+
+@pytest.mark.gpu
+def test_the_bias_cancelling_row_that_failed_every_config_on_the_h100_passes():
+    failed = problem([3, 4097], weight=False, residual=True)  # seed 4 of benchmarks/layer_norm_gate_probe.py's
+    for tried in (config(variant="looped", BLOCK_N=1024, num_warps=4, num_stages=2),
+                  config(variant="single", BLOCK_N=8192, num_warps=32, num_stages=1)):
+        assert check_problem(LAYER_NORM, tried, failed, torch.float32, seed=4) is None
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: str(d).removeprefix("torch."))

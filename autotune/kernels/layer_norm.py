@@ -244,6 +244,19 @@ def _torch_norm(inputs: Inputs, rms: bool, dtype: torch.dtype | None):
     return y if inputs["residual"] is None else (y, h)
 
 
+def _forward_floor(inputs: Inputs):
+    """Error floor of layer_norm's y (see verify's error_floor), None without a bias: y is the sum of the
+    normalized value z (times the weight) and the bias, and where the two cancel the leftover is far smaller
+    than they are, while z's own rounding errs in proportion to z. The floor is the root of their summed
+    squares, sqrt(z^2 + b^2). The returned sum h gets none: everyone rounds x + residual the same way."""
+    if inputs["bias"] is None:
+        return None
+    z = _torch_norm({**inputs, "bias": None}, False, torch.float64)
+    z = z if inputs["residual"] is None else z[0]
+    floor = (z.square() + inputs["bias"].double().square()).sqrt()
+    return floor if inputs["residual"] is None else (floor, None)
+
+
 def _spec(name: str, rms: bool) -> KernelSpec:
     def public(inputs):
         fn = rms_norm if rms else layer_norm
@@ -272,6 +285,7 @@ def _spec(name: str, rms: bool) -> KernelSpec:
         description=("rms_norm" if rms else "layer_norm") + " over the trailing dims, optionally fused with a residual add",
         bucket_edges=lambda problem: problems_.bucket_edges(problem, rms=rms),
         public=public,
+        error_floor=None if rms else _forward_floor,
     )
 
 
