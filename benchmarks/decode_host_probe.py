@@ -1,6 +1,7 @@
 """Is a decode step of flash_attn bound by the host, and how near the memory's rate can it run (GPU)? Its public
 no-grad call at the decode presets, 2x16/4x1:32768x128 bf16 (grouped heads, the key range split over programs) and
-16x16x1:4096x128, beside sdpa's flash and cuDNN backends: host us per call (200 queued, median of 5 blocks), CUDA-graph
+16x16x1:4096x128, beside sdpa's flash and cuDNN backends: host us per call (`hot_path.per_call_us`: 5 runs of 200
+calls), CUDA-graph
 ms (the GPU's time), do_bench ms, and the GB/s of the graph time over the bytes a decode step must move (q, k, v and
 the output once each), against a device copy of as many bytes and the datasheet peak; then what 1.5x sdpa-flash
 (issue 5's forward goal) would need; then a cProfile of 300 public calls.
@@ -9,30 +10,14 @@ the output once each), against a device copy of as many bytes and the datasheet 
 """
 import cProfile
 import pstats
-import statistics
-import time
-
 import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from autotune import bench, gpu
 from autotune.kernels import flash_attn
+from hot_path import per_call_us
 
 SHAPES = ((2, 16, 4, 32768), (16, 16, 16, 4096))  # batch, query heads, key/value heads, keys; one query, D 128
-
-
-def host_us(fn, calls=200, blocks=5):
-    for _ in range(20):
-        fn()
-    torch.cuda.synchronize()
-    per = []
-    for _ in range(blocks):
-        t0 = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        per.append((time.perf_counter() - t0) / calls * 1e6)
-        torch.cuda.synchronize()
-    return statistics.median(per)
 
 
 def main():
@@ -62,7 +47,7 @@ def main():
                     print(f"{label} {name}: not run ({str(exc).splitlines()[0][:120]})", flush=True)
                     continue
                 graphs[name] = bench.graph_ms(fn)
-                print(f"{label} {name}: host {host_us(fn):.1f} us, graph {graphs[name]:.4f} ms, "
+                print(f"{label} {name}: host {per_call_us(fn, 200, 5):.1f} us, graph {graphs[name]:.4f} ms, "
                       f"do_bench {bench.time_ms(fn):.4f} ms, {nbytes / graphs[name] / 1e6:.0f} GB/s", flush=True)
             copy = bench.copy_bandwidth_gbs(nbytes)
             need = 1.5 * nbytes / graphs["sdpa-flash"] / 1e6

@@ -1,36 +1,21 @@
 """Where the host time of a small layer_norm call goes, by launch path (GPU): the public function, the
 JITFunction launch it makes, the CompiledKernel's own runner, and CompiledKernel.run with the stream fixed;
-torch's eager layer_norm beside them. Median of 7 blocks of 2000 calls, host time only (no sync inside); each
-path's output is checked against torch's. The last two reach into Triton 3.6's CompiledKernel (`run`'s
+torch's eager layer_norm beside them. Host time per call: `hot_path.per_call_us`, the median of 7 runs of 2000
+calls, the GPU synchronized once at the end of each; each path's output is checked against torch's. The last two reach into Triton 3.6's CompiledKernel (`run`'s
 arguments change between Triton versions): a measurement of what a launch that skips Triton's binder could
 save, not a way to launch.
 
     python benchmarks/launch_path_probe.py > results/launch-path-GPU-DATE.txt
 """
 import importlib
-import statistics
-import time
 
 import torch
 import triton
 
 from autotune.kernels import layer_norm as public_layer_norm
+from hot_path import per_call_us
 
 ln = importlib.import_module("autotune.kernels.layer_norm")
-
-
-def host_us(fn, calls=2000, blocks=7):
-    for _ in range(50):
-        fn()
-    torch.cuda.synchronize()
-    per = []
-    for _ in range(blocks):
-        t0 = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        per.append((time.perf_counter() - t0) / calls * 1e6)
-        torch.cuda.synchronize()
-    return statistics.median(per)
 
 
 def main():
@@ -68,7 +53,7 @@ def main():
             fn()
             torch.cuda.synchronize()
             same = "" if name.startswith(("public", "torch")) else f" (y matches torch: {torch.allclose(y.float(), ref.float(), atol=0.05)})"
-            print(f"{rows}x{n} {name}: {host_us(fn):.1f} us{same}", flush=True)
+            print(f"{rows}x{n} {name}: {per_call_us(fn, 2000, 7):.1f} us{same}", flush=True)
 
 
 if __name__ == "__main__":
