@@ -1,10 +1,9 @@
 """Is a decode step of flash_attn bound by the host, and how near the memory's rate can it run (GPU)? Its public
 no-grad call at the decode presets, 2x16/4x1:32768x128 bf16 (grouped heads, the key range split over programs) and
 16x16x1:4096x128, beside sdpa's flash and cuDNN backends: host us per call (`hot_path.per_call_us`: 5 runs of 200
-calls), CUDA-graph
-ms (the GPU's time), do_bench ms, and the GB/s of the graph time over the bytes a decode step must move (q, k, v and
-the output once each), against a device copy of as many bytes and the datasheet peak; then what 1.5x sdpa-flash
-(issue 5's forward goal) would need; then a cProfile of 300 public calls.
+calls), CUDA-graph ms (the GPU's time), do_bench ms, and the GB/s of the graph time over the bytes a decode step
+must move (q, k, v and the output once each), against a device copy of as many bytes and the datasheet peak; then
+what 1.5x sdpa-flash (issue 5's forward goal) would need; then a cProfile of 300 public calls.
 
     python benchmarks/decode_host_probe.py > results/decode-host-GPU-DATE.txt
 """

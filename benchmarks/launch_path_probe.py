@@ -1,9 +1,9 @@
-"""Where the host time of a small layer_norm call goes, by launch path (GPU): the public function, the
-JITFunction launch it makes, the CompiledKernel's own runner, and CompiledKernel.run with the stream fixed;
-torch's eager layer_norm beside them. Host time per call: `hot_path.per_call_us`, the median of 7 runs of 2000
-calls, the GPU synchronized once at the end of each; each path's output is checked against torch's. The last two reach into Triton 3.6's CompiledKernel (`run`'s
-arguments change between Triton versions): a measurement of what a launch that skips Triton's binder could
-save, not a way to launch.
+"""Where the host time of a small layer_norm call goes, by launch path (GPU): the public function, the JITFunction
+launch it makes, the CompiledKernel's own runner, and CompiledKernel.run with the stream fixed; torch's eager
+layer_norm beside them. Host time per call: `hot_path.per_call_us`, the median of 7 runs of 2000 calls, the GPU
+synchronized once at the end of each; each path's output is checked against torch's. The last two reach into Triton
+3.6's CompiledKernel (`run`'s arguments change between Triton versions): a measurement of what a launch that skips
+Triton's binder could save, not a way to launch.
 
     python benchmarks/launch_path_probe.py > results/launch-path-GPU-DATE.txt
 """
