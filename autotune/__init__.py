@@ -4,7 +4,7 @@ from autotune import gpu as _gpu
 
 _gpu.select_backend()  # before anything imports Triton
 
-from autotune.registry import get, names, register  # noqa: E402
+from autotune.runtime.registry import get, names, register  # noqa: E402
 from autotune.space import InvalidConfig, Param, SearchSpace  # noqa: E402
 from autotune.spec import Cost, KernelSpec  # noqa: E402
 

@@ -14,7 +14,8 @@ import click
 from tabulate import tabulate
 
 import autotune
-from autotune import gpu, registry
+from autotune import gpu
+from autotune.runtime import registry
 from autotune.spec import DTYPE_NAMES, dtype_from_name, shape_label
 
 FORMATS = click.Choice(["table", "json", "csv"])
@@ -114,7 +115,7 @@ def gpu_info() -> None:
 @click.option("--seed", default=0, show_default=True)
 def verify(kernel: str, config_json: str | None, dtypes: tuple[str, ...], examples: int, seed: int) -> None:
     """Check a config against float64 on Hypothesis-drawn problems; exit 1 on any failure."""
-    from autotune.verify import verify as run_verify
+    from autotune.gate.verify import verify as run_verify
 
     spec = _spec(kernel)
     config = _config_option(spec, config_json or "{}", "--config")
@@ -173,9 +174,9 @@ def search(kernel, gpu_name, dtypes, shapes, trials, timeout, sampler, db_url, s
     """Tune KERNEL on this GPU: one Optuna study per dtype and shape bucket; store the best."""
     from tqdm import tqdm
 
-    from autotune.isolation import shared_workers, use_isolation
-    from autotune.precompile import CompilePool, default_workers
-    from autotune.search import check_gpu, search as run_search
+    from autotune.engine.isolation import shared_workers, use_isolation
+    from autotune.engine.precompile import CompilePool, default_workers
+    from autotune.engine.search import check_gpu, search as run_search
 
     spec = _spec(kernel)
     warm_start = [_config_option(spec, text, "--warm-start") for text in warm_start]
@@ -249,7 +250,7 @@ def _gpu_list(text: str | None) -> list[int] | None:
 def _search_shared(spec, jobs, db_url, workers, gpus, options) -> list:
     from tqdm import tqdm
 
-    from autotune.distributed import search_parallel
+    from autotune.engine.distributed import search_parallel
 
     gpu_indices = _gpu_list(gpus)
     with _store(db_url) as store, tqdm(desc=f"{spec.name}: evaluations", file=sys.stderr, leave=False) as bar:
@@ -280,7 +281,7 @@ def _search_shared(spec, jobs, db_url, workers, gpus, options) -> list:
 @click.option("--worker-index", type=click.IntRange(min=0), help="Makes this worker's sampler seed its own (default: process id).")
 def worker(storage: str, studies: tuple[str, ...], worker_index: int | None) -> None:
     """Join shared search studies and run their trials until each budget is spent."""
-    from autotune.worker import run_worker
+    from autotune.engine.worker import run_worker
 
     try:
         ran = run_worker(storage, studies, index=worker_index)
@@ -335,7 +336,8 @@ def _search_row(spec: autotune.KernelSpec, r) -> dict:
                                       "updated after each shape, so a run cut short keeps what it measured.")
 def bench(kernels, all_kernels, against, gpu_name, dtypes, shapes, plot_path, graphs, fmt, prefix) -> None:
     """Time KERNEL's tuned config against its default config, PyTorch eager and torch.compile, side by side."""
-    from autotune import plot, report
+    from autotune.measure import plot
+    from autotune.measure import report
 
     if all_kernels == bool(kernels):
         raise click.UsageError("name the kernels to measure, or pass --all (not both)")
@@ -392,7 +394,7 @@ def bench(kernels, all_kernels, against, gpu_name, dtypes, shapes, plot_path, gr
 @click.option("--format", "fmt", type=FORMATS, default="table", show_default=True)
 def query(kernel: str, gpu_name: str | None, dtype: str | None, db_url: str | None, fmt: str) -> None:
     """Show stored best configs of KERNEL with their evidence."""
-    from autotune.query import stored_rows
+    from autotune.db.query import stored_rows
 
     spec = _spec(kernel)
     if dtype:
@@ -470,7 +472,7 @@ def db_verify(gpu_name: str | None, db_url: str | None, kernels: tuple[str, ...]
     flagged and no longer served. Exit 1 if any row fails or its verification raises."""
     from tqdm import tqdm
 
-    from autotune.reverify import fresh_seed, gpu_to_verify, reverify_rows
+    from autotune.measure.reverify import fresh_seed, gpu_to_verify, reverify_rows
 
     specs = [_spec(k) for k in kernels]
     try:

@@ -30,10 +30,11 @@ import math
 import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from autotune import bench, report
-from autotune.kernels import flash_attn_backward
+from autotune.measure import bench
+from autotune.measure import report
+from autotune.kernels.attention import flash_attn_backward
 
-flash_attn = importlib.import_module("autotune.kernels.flash_attn")  # the package's name is the function
+flash_attn = importlib.import_module("autotune.kernels.attention.flash_attn")  # the package's name is the function
 
 PROBLEMS = [(4, 16, 4096, 128, False), (4, 16, 4096, 128, True)]
 TILES = [dict(BLOCK_M=64, BLOCK_N=64, num_warps=4, num_stages=2), dict(BLOCK_M=64, BLOCK_N=128, num_warps=8, num_stages=2)]

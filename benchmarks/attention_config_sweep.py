@@ -18,12 +18,14 @@ import json
 
 import torch
 
-from autotune import bench, gpu, report
-from autotune.kernels import _attn_problems as problems_
-from autotune.kernels import flash_attn_backward
+from autotune import gpu
+from autotune.measure import bench
+from autotune.measure import report
+from autotune.kernels.attention import problems as problems_
+from autotune.kernels.attention import flash_attn_backward
 from autotune.spec import dtype_from_name, shape_label
 
-flash_attn = importlib.import_module("autotune.kernels.flash_attn")  # the package's name is the function
+flash_attn = importlib.import_module("autotune.kernels.attention.flash_attn")  # the package's name is the function
 
 TILES = [dict(BLOCK_M=128, BLOCK_N=64, num_warps=4, num_stages=2), dict(BLOCK_M=128, BLOCK_N=64, num_warps=4, num_stages=3),
          dict(BLOCK_M=64, BLOCK_N=64, num_warps=4, num_stages=2), dict(BLOCK_M=64, BLOCK_N=64, num_warps=4, num_stages=3),

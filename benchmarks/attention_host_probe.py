@@ -19,7 +19,8 @@ import tabulate
 import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from autotune import bench, report
+from autotune.measure import bench
+from autotune.measure import report
 from autotune.kernels import flash_attn
 
 HOST_CALLS = 100

@@ -6,8 +6,8 @@ and backward, the forward and backward called directly, a bare launch, and sdpa;
 """
 import time, importlib, torch, cProfile, pstats
 from autotune.kernels import flash_attn
-fa = importlib.import_module("autotune.kernels.flash_attn")
-fb = importlib.import_module("autotune.kernels.flash_attn_backward")
+fa = importlib.import_module("autotune.kernels.attention.flash_attn")
+fb = importlib.import_module("autotune.kernels.attention.flash_attn_backward")
 q, k, v, do = (torch.randn(16, 16, 1024, 64, device="cuda", dtype=torch.bfloat16) for _ in range(4))
 qg, kg, vg = (t.clone().requires_grad_() for t in (q, k, v))
 def host(fn, n=200):

@@ -27,9 +27,10 @@ import triton
 import triton.language as tl
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from autotune import bench, report
+from autotune.measure import bench
+from autotune.measure import report
 
-flash_attn = importlib.import_module("autotune.kernels.flash_attn")  # the package's name is the function
+flash_attn = importlib.import_module("autotune.kernels.attention.flash_attn")  # the package's name is the function
 
 MODES = {"base": 0, "fma": 1, "ahead": 2}
 CONFIGS = [dict(BLOCK_M=128, BLOCK_N=64, num_warps=4, num_stages=2), dict(BLOCK_M=128, BLOCK_N=64, num_warps=4, num_stages=3),

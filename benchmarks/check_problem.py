@@ -5,7 +5,7 @@
 """
 import sys, json
 import autotune
-from autotune.verify import ReferenceCache, outputs_like, compare
+from autotune.gate.verify import ReferenceCache, outputs_like, compare
 from autotune.spec import dtype_from_name
 name, dt, problem = sys.argv[1], dtype_from_name(sys.argv[2]), json.loads(sys.argv[3])
 spec = autotune.get(name)

@@ -15,7 +15,8 @@ import json
 import math
 import pathlib
 
-from autotune import plot, report
+from autotune.measure import plot
+from autotune.measure import report
 
 RATIOS = ("vs default", "vs torch", "vs compile")
 

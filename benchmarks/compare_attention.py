@@ -20,7 +20,9 @@ import torch.nn.functional as F
 from tabulate import tabulate
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from autotune import bench, gpu, report, runtime
+from autotune import gpu, runtime
+from autotune.measure import bench
+from autotune.measure import report
 from autotune.kernels import flash_attn
 from autotune.spec import DTYPE_NAMES, dtype_from_name, shape_label
 

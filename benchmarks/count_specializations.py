@@ -20,7 +20,7 @@ from triton.runtime.jit import KernelInterface
 
 from autotune import gpu
 from autotune.spec import dtype_from_name
-from autotune.verify import draw_problems, outputs_like
+from autotune.gate.verify import draw_problems, outputs_like
 
 
 def specialization(value: object) -> object:

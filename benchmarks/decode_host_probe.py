@@ -12,7 +12,8 @@ import pstats
 import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from autotune import bench, gpu
+from autotune import gpu
+from autotune.measure import bench
 from autotune.kernels import flash_attn
 from hot_path import per_call_us
 

@@ -12,7 +12,7 @@ without the out-of-bounds config).
 
 from __future__ import annotations
 
-from autotune import isolation  # first: picks the Triton interpreter when there is no GPU, before Triton is imported
+from autotune.engine import isolation  # first: picks the Triton interpreter when there is no GPU, before Triton is imported
 
 import argparse
 import datetime
@@ -28,8 +28,8 @@ import triton
 from tabulate import tabulate
 
 from autotune.db import ConfigStore
-from autotune.kernels import vector_add
-from autotune.search import search
+import autotune.kernels.vector_add.add as vector_add
+from autotune.engine.search import search
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "tests"))
 from fault_kernels import EXPECTED, FAULT_ADD, MODES, ON_GPU  # noqa: E402

@@ -19,8 +19,10 @@ import tabulate
 import torch
 import torch.nn.functional as F
 
-from autotune import bench, gpu
-from autotune.kernels import _gemm, linear
+from autotune import gpu
+from autotune.measure import bench
+from autotune.kernels import linear
+from autotune.kernels.gemm import gemm as _gemm
 
 CONFIGS = [
     {"variant": "tiled", "BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 32, "GROUP_M": 8, "num_warps": 4, "num_stages": 3, "SPLIT_K": 1},

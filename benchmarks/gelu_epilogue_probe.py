@@ -20,8 +20,9 @@ import torch.nn.functional as F
 import triton
 import triton.language as tl
 
-from autotune import gpu, report
-from autotune.kernels import _gemm
+from autotune import gpu
+from autotune.measure import report
+from autotune.kernels.gemm import gemm as _gemm
 
 CONFIG = {"BLOCK_K": 64, "BLOCK_M": 128, "BLOCK_N": 256, "GROUP_M": 8, "SPLIT_K": 1, "num_stages": 3, "num_warps": 8,
           "variant": "tma_persistent"}

@@ -26,7 +26,7 @@ import torch
 import triton
 import triton.language as tl
 
-from autotune.kernels._gemm import ACTIVATIONS, activate, sm_count, tile_position
+from autotune.kernels.gemm.gemm import ACTIVATIONS, activate, sm_count, tile_position
 
 CONFIGS = [
     {"variant": "tma_persistent", "BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_K": 64, "GROUP_M": 8, "num_warps": 8, "num_stages": 3, "SPLIT_K": 1},
@@ -86,7 +86,7 @@ def probe_linear(x, w, bias, y, config: dict, activation: str, flatten: bool, st
 def measure_case(problem: int, config: int) -> list[dict]:
     """Every form of CONFIGS[config] on PROBLEMS[problem], with the shipped linear and torch eager."""
     from autotune import kernels
-    from autotune.bench import time_ms
+    from autotune.measure.bench import time_ms
 
     m, k, n, activation = PROBLEMS[problem]
     cfg = CONFIGS[config]

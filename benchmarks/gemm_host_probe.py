@@ -23,8 +23,11 @@ import tabulate
 import torch
 import torch.nn.functional as F
 
-from autotune import bench, report
-from autotune.kernels import linear, matmul, mlp
+from autotune.measure import bench
+from autotune.measure import report
+from autotune.kernels import linear
+from autotune.kernels import matmul
+from autotune.kernels import mlp
 
 HOST_BLOCKS, HOST_CALLS = 7, 40
 

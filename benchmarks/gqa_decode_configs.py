@@ -20,11 +20,11 @@ import time
 
 import torch
 
-from autotune import bench
-from autotune.kernels._attn_problems import forward_inputs, problem
-from autotune.verify import ReferenceCache, check_problem
+from autotune.measure import bench
+from autotune.kernels.attention.problems import forward_inputs, problem
+from autotune.gate.verify import ReferenceCache, check_problem
 
-flash_attn = importlib.import_module("autotune.kernels.flash_attn")  # the package's name is the function
+flash_attn = importlib.import_module("autotune.kernels.attention.flash_attn")  # the package's name is the function
 
 BASE = {"BLOCK_M": 16, "BLOCK_N": 64, "gqa": "packed", "mask": "every"}
 SHIPPED = {**BASE, "KV_SPLITS": 32, "kv_load": "pointer", "num_stages": 2, "num_warps": 2, "p": "split"}

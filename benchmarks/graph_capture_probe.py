@@ -12,8 +12,9 @@ import warnings
 
 import torch
 
-from autotune import bench, registry
-from autotune.verify import ReferenceCache, outputs_like
+from autotune.measure import bench
+from autotune.runtime import registry
+from autotune.gate.verify import ReferenceCache, outputs_like
 
 DT = torch.bfloat16
 

@@ -49,7 +49,7 @@ def main() -> None:
     args = parser.parse_args()
     if autotune.gpu.interpreter_active():
         sys.exit("group_norm_ab.py times kernels on a GPU")
-    versions = {"other": load_kernels(args.other), "this": importlib.import_module("autotune.kernels.group_norm")}
+    versions = {"other": load_kernels(args.other), "this": importlib.import_module("autotune.kernels.norm.group_norm")}
     bench = lambda fn: triton.testing.do_bench(fn, warmup=25, rep=200, return_mode="median")  # noqa: E731
     lines = [f"# group_norm forward A/B: this tree against {args.other.name}",
              f"{torch.cuda.get_device_name()}; torch {torch.__version__}; triton {triton.__version__}; "

@@ -22,9 +22,11 @@ import tabulate
 import torch
 import triton
 
-from autotune import bench, gpu, registry, runtime
-from autotune.kernels.matmul import linear_rows
-from autotune.verify import outputs_like
+from autotune import gpu, runtime
+from autotune.measure import bench
+from autotune.runtime import registry
+from autotune.kernels.gemm.matmul import linear_rows
+from autotune.gate.verify import outputs_like
 
 HOST_CALLS = 200
 

@@ -22,7 +22,8 @@ import triton
 
 import autotune.kernels
 from autotune import gpu, runtime
-from autotune.kernels import fused_softmax, vector_add
+import autotune.kernels.fused_softmax.softmax as fused_softmax
+import autotune.kernels.vector_add.add as vector_add
 
 
 def per_call_samples_us(fn, calls: int = 20000, repeats: int = 7) -> list[float]:

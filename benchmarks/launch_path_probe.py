@@ -15,7 +15,7 @@ import triton
 from autotune.kernels import layer_norm as public_layer_norm
 from hot_path import per_call_us
 
-ln = importlib.import_module("autotune.kernels.layer_norm")
+ln = importlib.import_module("autotune.kernels.norm.layer_norm")
 
 
 def main():

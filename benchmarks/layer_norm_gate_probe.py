@@ -29,12 +29,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from tabulate import tabulate
 
-from autotune import report
-from autotune.kernels import _norm_problems as problems_
-from autotune.kernels.layer_norm import LAYER_NORM, _affine_store, _load_sum, _store_mean
-from autotune.verify import ReferenceCache, check_problem
+from autotune.measure import report
+from autotune.kernels.norm import problems as problems_
+from autotune.kernels.norm.layer_norm import LAYER_NORM, _affine_store, _load_sum, _store_mean
+from autotune.gate.verify import ReferenceCache, check_problem
 
-ln = importlib.import_module("autotune.kernels.layer_norm")  # the package's name is the function
+ln = importlib.import_module("autotune.kernels.norm.layer_norm")  # the package's name is the function
 
 
 @triton.jit

@@ -26,7 +26,8 @@ import statistics
 import torch
 import torch.nn.functional as F
 
-from autotune import gpu, report
+from autotune import gpu
+from autotune.measure import report
 from autotune.kernels import linear
 
 K, N = 4096, 16384

@@ -6,9 +6,9 @@ calls queued without a sync; do_bench = `bench.time_ms`; graph = `bench.graph_ms
     python benchmarks/linear_host_probe.py
 """
 import time, torch
-from autotune import bench
+from autotune.measure import bench
 from autotune.kernels import linear
-from autotune.kernels.matmul import linear_op
+from autotune.kernels.gemm.matmul import linear_op
 def host(fn, n=200):
     for _ in range(5): fn()
     torch.cuda.synchronize(); t = time.perf_counter()

@@ -26,9 +26,9 @@ import triton
 
 from autotune import gpu
 from autotune.db import ConfigStore
-from autotune.distributed import search_parallel
-from autotune.precompile import default_workers
-from autotune.search import search
+from autotune.engine.distributed import search_parallel
+from autotune.engine.precompile import default_workers
+from autotune.engine.search import search
 from autotune.spec import dtype_from_name
 
 

@@ -20,10 +20,12 @@ import pathlib
 
 from tabulate import tabulate
 
-from autotune import bench, gpu, report, runtime
-from autotune.kernels import layer_norm_backward
+from autotune import gpu, runtime
+from autotune.measure import bench
+from autotune.measure import report
+from autotune.kernels.norm import layer_norm_backward
 from autotune.spec import dtype_from_name
-from autotune.verify import compare_outputs, outputs_like
+from autotune.gate.verify import compare_outputs, outputs_like
 
 PRESETS = ("8192x4096+res", "16384x8192+res", "8192x4096")
 

@@ -29,7 +29,7 @@ from triton.compiler import ASTSource  # noqa: E402
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore")  # autotune warns that Triton came first: wanted here
-    from autotune.kernels import layer_norm_backward  # noqa: E402
+    from autotune.kernels.norm import layer_norm_backward  # noqa: E402
 
 SIGNATURE = {
     "dy_ptr": "*bf16", "x_ptr": "*bf16", "w_ptr": "*bf16", "mean_ptr": "*fp32", "dh_ptr": "*bf16", "dx_ptr": "*bf16",

@@ -69,14 +69,14 @@ CASES = [
 """(label, kernel, shape, mode[, {kernel: GEMM variant}]): a case's public call, and the variant its GEMM configs take."""
 FORCED_GEMM = {"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 32, "GROUP_M": 1, "num_warps": 4, "num_stages": 2, "SPLIT_K": 1}
 KERNEL_MODULES = {
-    "autotune.kernels.layer_norm": ("_KERNELS",),
-    "autotune.kernels.layer_norm_backward": ("_norm_backward_kernel", "_sum_partials_kernel"),
-    "autotune.kernels.fused_softmax": ("_KERNELS",),
-    "autotune.kernels._gemm": ("_gemm_kernel", "_split_k_sum_kernel"),
-    "autotune.kernels.mlp": ("_mlp_fused_kernel",),
-    "autotune.kernels.group_norm": ("_group_norm_single_kernel", "_group_norm_looped_kernel",
+    "autotune.kernels.norm.layer_norm": ("_KERNELS",),
+    "autotune.kernels.norm.layer_norm_backward": ("_norm_backward_kernel", "_sum_partials_kernel"),
+    "autotune.kernels.fused_softmax.softmax": ("_KERNELS",),
+    "autotune.kernels.gemm.gemm": ("_gemm_kernel", "_split_k_sum_kernel"),
+    "autotune.kernels.gemm.mlp": ("_mlp_fused_kernel",),
+    "autotune.kernels.norm.group_norm": ("_group_norm_single_kernel", "_group_norm_looped_kernel",
                                     "_group_norm_split_stats_kernel", "_group_norm_split_normalize_kernel"),
-    "autotune.kernels.group_norm_backward": ("_group_norm_backward_single_kernel", "_group_norm_backward_sums_kernel",
+    "autotune.kernels.norm.group_norm_backward": ("_group_norm_backward_single_kernel", "_group_norm_backward_sums_kernel",
                                              "_group_norm_backward_dx_kernel", "_param_grad_reduce_kernel"),
 }
 

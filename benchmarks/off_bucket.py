@@ -22,8 +22,10 @@ import contextlib
 import json
 import pathlib
 
-from autotune import offbucket, registry, report  # first: autotune picks the Triton interpreter without a GPU
-from autotune.precompile import CompilePool, default_workers
+from autotune.measure import offbucket
+from autotune.runtime import registry
+from autotune.measure import report  # first: autotune picks the Triton interpreter without a GPU
+from autotune.engine.precompile import CompilePool, default_workers
 from autotune.spec import DTYPE_NAMES, dtype_from_name
 
 DEFAULT_SHAPES = {

@@ -16,11 +16,11 @@ import shutil
 import tempfile
 import time
 
-from autotune import registry
+from autotune.runtime import registry
 from autotune.db import ConfigStore
-from autotune.precompile import CompilePool, default_workers
+from autotune.engine.precompile import CompilePool, default_workers
 from autotune.spec import dtype_from_name
-from autotune.verify import draw_problems, verify
+from autotune.gate.verify import draw_problems, verify
 
 
 def main() -> None:

@@ -16,10 +16,10 @@ import pstats
 import time
 
 importlib.import_module("autotune")  # the interpreter choice, before Triton
-from autotune import registry  # noqa: E402
-from autotune.search import Evaluator  # noqa: E402
+from autotune.runtime import registry  # noqa: E402
+from autotune.engine.search import Evaluator  # noqa: E402
 from autotune.spec import DTYPES  # noqa: E402
-from autotune.verify import default_max_numel  # noqa: E402
+from autotune.gate.verify import default_max_numel  # noqa: E402
 
 TILE = {"variant": "tma", "BLOCK_M": 256, "BLOCK_N": 128, "BLOCK_K": 64, "GROUP_M": 4, "num_warps": 8, "num_stages": 4, "SPLIT_K": 1}
 GEMM_CONFIGS = [TILE, dict(TILE, BLOCK_M=128, BLOCK_N=256, GROUP_M=8, num_stages=3), dict(TILE, BLOCK_M=128, BLOCK_N=256, num_stages=3)]

@@ -38,11 +38,12 @@ import optuna
 import torch
 import triton
 
-from autotune import bench, gpu
-from autotune.precompile import CompilePool
-from autotune.search import COMPILE_ERRORS, Evaluator, make_sampler
+from autotune import gpu
+from autotune.measure import bench
+from autotune.engine.precompile import CompilePool
+from autotune.engine.search import COMPILE_ERRORS, Evaluator, make_sampler
 from autotune.spec import DTYPE_NAMES, dtype_from_name
-from autotune.verify import check_problem, outputs_like, verify
+from autotune.gate.verify import check_problem, outputs_like, verify
 
 WITHIN = 1.03
 LOOP_CAP = 10

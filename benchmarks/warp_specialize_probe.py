@@ -54,7 +54,7 @@ def _load(name: str, text: str):
 
 
 def _gemm_module(loop: str):
-    base = importlib.import_module("autotune.kernels._gemm")
+    base = importlib.import_module("autotune.kernels.gemm.gemm")
     if LOOPS["gemm"][loop] is None:
         return base
     old, new = LOOPS["gemm"][loop]
@@ -65,7 +65,7 @@ def _gemm_module(loop: str):
 
 def _attention_kernel(loop: str):
     """The forward kernel to launch: the module's, or a copy with the key loop replaced (its helpers are the module's)."""
-    fa = importlib.import_module("autotune.kernels.flash_attn")
+    fa = importlib.import_module("autotune.kernels.attention.flash_attn")
     if LOOPS["attention"][loop] is None:
         return fa._attn_fwd_kernel
     old, new = LOOPS["attention"][loop]
@@ -73,13 +73,13 @@ def _attention_kernel(loop: str):
     start = source.index("@triton.jit\ndef _attn_fwd_kernel(")
     kernel = source[start:source.index("@triton.jit", start + 10)]
     assert old in kernel, f"attention's {loop} loop is not where this probe expects it"
-    header = ("from autotune.kernels.flash_attn import *\nfrom autotune.kernels.flash_attn import _fwd_step\n"
+    header = ("from autotune.kernels.attention.flash_attn import *\nfrom autotune.kernels.flash_attn import _fwd_step\n"
               + source[source.index("import math"):source.index("COMBINE_ROWS =")])
     return _load(f"attention_{loop}", header + "\n" + kernel.replace(old, new))._attn_fwd_kernel
 
 
 def _bench(fn) -> float:
-    from autotune import bench
+    from autotune.measure import bench
     return bench.time_ms(fn, warmup_ms=25, rep_ms=150)
 
 
@@ -118,7 +118,7 @@ def run_attention(loop: str, index: int) -> list[str]:
     import torch.nn.functional as F
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
-    fa = importlib.import_module("autotune.kernels.flash_attn")
+    fa = importlib.import_module("autotune.kernels.attention.flash_attn")
     fa._attn_fwd_kernel = _attention_kernel(loop)  # launch() looks the kernel up in its module
     config = dict(ATTENTION_CONFIGS[index], KV_SPLITS=1, gqa="per_head", kv_load="descriptor", mask="edges", p="rounded")
     rows = []

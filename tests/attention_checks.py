@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from autotune.verify import check_problem
+from autotune.gate.verify import check_problem
 
 DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 

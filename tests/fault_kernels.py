@@ -18,7 +18,7 @@ import triton
 import triton.language as tl
 
 from autotune import gpu
-from autotune.kernels import vector_add
+import autotune.kernels.vector_add.add as vector_add
 from autotune.space import Param, SearchSpace
 
 ON_GPU = not gpu.interpreter_active()

@@ -12,13 +12,13 @@ from click.testing import CliRunner
 
 from autotune.cli import main
 from autotune.db import ConfigStore
-from autotune.distributed import conclude_shared
-from autotune.kernels import vector_add
-from autotune.reverify import reverify_rows
-from autotune.search import search
-from autotune.studies import create_shared_study, open_storage, plan_of
-from autotune.verify import check_problem, verify
-from autotune.worker import run_worker
+from autotune.engine.distributed import conclude_shared
+import autotune.kernels.vector_add.add as vector_add
+from autotune.measure.reverify import reverify_rows
+from autotune.engine.search import search
+from autotune.engine.studies import create_shared_study, open_storage, plan_of
+from autotune.gate.verify import check_problem, verify
+from autotune.engine.worker import run_worker
 from stored_rows import store_best
 from wrong_kernels import INPUT_BUG_ADD
 

@@ -11,10 +11,10 @@ import sys
 import pytest
 import torch
 
-from autotune.kernels.fused_softmax import SPEC as SOFTMAX
-from autotune.kernels.matmul import MATMUL
-from autotune.repeatable_draws import local_constants_controlled
-from autotune.verify import draw_problems
+from autotune.kernels.fused_softmax.softmax import SPEC as SOFTMAX
+from autotune.kernels.gemm.matmul import MATMUL
+from autotune.gate.repeatable_draws import local_constants_controlled
+from autotune.gate.verify import draw_problems
 
 pytestmark = pytest.mark.skipif(not local_constants_controlled(),
                                 reason="this Hypothesis draws no constants from local modules")
@@ -53,9 +53,9 @@ def test_a_fresh_process_draws_what_this_one_draws(tmp_path, monkeypatch):
 
     here = [draws(spec, seed) for spec in (SOFTMAX, MATMUL) for seed in range(4)]
     code = ("import json, torch\n"
-            "from autotune.kernels.fused_softmax import SPEC as SOFTMAX\n"
-            "from autotune.kernels.matmul import MATMUL\n"
-            "from autotune.verify import draw_problems\n"
+            "from autotune.kernels.fused_softmax.softmax import SPEC as SOFTMAX\n"
+            "from autotune.kernels.gemm.matmul import MATMUL\n"
+            "from autotune.gate.verify import draw_problems\n"
             "print(json.dumps([draw_problems(s, s.space.default, torch.float16, examples=20, seed=seed)\n"
             "                  for s in (SOFTMAX, MATMUL) for seed in range(4)]))\n")
     fresh = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=tmp_path)

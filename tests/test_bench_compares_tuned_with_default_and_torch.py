@@ -10,9 +10,11 @@ import torch
 from click.testing import CliRunner
 
 import autotune
-from autotune import registry, report, runtime
+from autotune import runtime
+from autotune.runtime import registry
+from autotune.measure import report
 from autotune.cli import main
-from autotune.kernels import vector_add
+import autotune.kernels.vector_add.add as vector_add
 from stored_rows import store_best
 
 STORED = {"BLOCK_SIZE": 256, "num_warps": 2, "num_stages": 1}

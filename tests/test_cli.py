@@ -10,7 +10,7 @@ import autotune
 from autotune import gpu
 from autotune.cli import main
 from autotune.db import ConfigStore
-from autotune.kernels import vector_add
+import autotune.kernels.vector_add.add as vector_add
 
 
 @pytest.fixture

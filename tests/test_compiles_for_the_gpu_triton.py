@@ -14,7 +14,7 @@ import sys
 
 import pytest
 
-from autotune import registry
+from autotune.runtime import registry
 
 GPU_TRITON_VERSION = "3.6.0"
 """The Triton of the GPU machine (H100): what .ci/run installs and README tells to install."""

@@ -7,7 +7,8 @@ import torch
 import autotune
 from autotune import db, gpu, runtime
 from autotune.db import BestRow, ConfigStore
-from autotune.kernels import fused_softmax, softmax
+from autotune.kernels import softmax
+import autotune.kernels.fused_softmax.softmax as fused_softmax
 
 
 def test_conditional_sampling_reaches_the_rare_single_pass_configs():

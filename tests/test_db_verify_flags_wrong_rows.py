@@ -11,9 +11,9 @@ from click.testing import CliRunner
 from autotune import gpu, runtime
 from autotune.cli import main
 from autotune.db import ConfigStore
-from autotune.kernels import vector_add
-from autotune.reverify import reverify_rows
-from autotune.search import warm_starts
+import autotune.kernels.vector_add.add as vector_add
+from autotune.measure.reverify import reverify_rows
+from autotune.engine.search import warm_starts
 from stored_rows import store_best
 from wrong_kernels import BAD_BLOCK, TAIL_BUG_ADD, tail_bug_add
 

@@ -11,11 +11,11 @@ from click.testing import CliRunner
 
 from autotune.cli import main
 from autotune.db import ConfigStore
-from autotune.kernels import _attn_problems as attn
-from autotune.kernels import vector_add
-from autotune.kernels.flash_attn import SPEC as FLASH_ATTN
-from autotune.kernels.flash_attn_backward import SPEC as FLASH_ATTN_BACKWARD
-from autotune.verify import InvalidOutputs, check_problem, check_references, verify
+from autotune.kernels.attention import problems as attn
+import autotune.kernels.vector_add.add as vector_add
+from autotune.kernels.attention.flash_attn import SPEC as FLASH_ATTN
+from autotune.kernels.attention.flash_attn_backward import SPEC as FLASH_ATTN_BACKWARD
+from autotune.gate.verify import InvalidOutputs, check_problem, check_references, verify
 from stored_rows import store_best
 from wrong_kernels import EMPTY_BLIND_ADD, TAIL_BUG_ADD
 

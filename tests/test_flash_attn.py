@@ -14,12 +14,12 @@ import torch
 import torch.nn.functional as F
 
 from autotune import gpu, runtime
-from autotune.kernels import _attn_math as math_
-from autotune.kernels import _attn_problems as problems_
+from autotune.kernels.attention import reference as math_
+from autotune.kernels.attention import problems as problems_
 from autotune.kernels import flash_attn
-from autotune.kernels.flash_attn import SPEC, descriptor_ok
+from autotune.kernels.attention.flash_attn import SPEC, descriptor_ok
 from autotune.search_spaces.flash_attn import FORWARD_SPACE as SPACE
-from autotune.verify import ReferenceCache, check_problem, compare, outputs_like, verify
+from autotune.gate.verify import ReferenceCache, check_problem, compare, outputs_like, verify
 
 import attention_checks
 from stored_rows import store_best

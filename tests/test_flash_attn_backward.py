@@ -13,11 +13,11 @@ import torch.nn.functional as F
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 from autotune import runtime
-from autotune.kernels import _attn_problems as problems_
+from autotune.kernels.attention import problems as problems_
 from autotune.kernels import flash_attn
-from autotune.kernels.flash_attn_backward import SPEC
+from autotune.kernels.attention.flash_attn_backward import SPEC
 from autotune.search_spaces.flash_attn import BACKWARD_SPACE as SPACE
-from autotune.verify import ReferenceCache, check_problem, compare, outputs_like, verify
+from autotune.gate.verify import ReferenceCache, check_problem, compare, outputs_like, verify
 
 import attention_checks
 from dispatched_ops import DispatchedOps, autotune_ops

@@ -13,11 +13,11 @@ import torch
 from hypothesis import given, settings
 
 import autotune
-from autotune.kernels import _attn_problems as problems_
-from autotune.kernels.flash_attn import SPEC as FORWARD
-from autotune.kernels.flash_attn_backward import SPEC as BACKWARD
+from autotune.kernels.attention import problems as problems_
+from autotune.kernels.attention.flash_attn import SPEC as FORWARD
+from autotune.kernels.attention.flash_attn_backward import SPEC as BACKWARD
 from autotune.search_spaces import flash_attn as space_
-from autotune.search import warm_starts
+from autotune.engine.search import warm_starts
 from autotune.search_spaces.flash_attn import BACKWARD_SPACE, FORWARD_SPACE, bucket
 
 problem = problems_.problem

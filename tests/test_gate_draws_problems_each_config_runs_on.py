@@ -9,14 +9,14 @@ import pytest
 import torch
 
 from autotune import gpu
-from autotune.kernels.fused_softmax import SPEC as SOFTMAX
-from autotune.kernels.group_norm import SPEC as GROUP_NORM
-from autotune.kernels.layer_norm import LAYER_NORM
-from autotune.kernels.matmul import MATMUL
+from autotune.kernels.fused_softmax.softmax import SPEC as SOFTMAX
+from autotune.kernels.norm.group_norm import SPEC as GROUP_NORM
+from autotune.kernels.norm.layer_norm import LAYER_NORM
+from autotune.kernels.gemm.matmul import MATMUL
 from autotune.search_spaces.layer_norm import row_shape
 from autotune.search_spaces.matmul import H100_SMS, tiles
 from autotune.search_spaces.softmax import row_shape as softmax_rows
-from autotune.verify import draw_problems, verify
+from autotune.gate.verify import draw_problems, verify
 
 SINGLE_1024 = {"variant": "single", "BLOCK_SIZE": 1024, "ROWS_PER_PROGRAM": 1, "num_warps": 4, "num_stages": 1}
 

@@ -6,7 +6,7 @@ import torch
 import autotune
 from autotune import gpu, runtime
 from autotune.kernels import add, softmax
-from autotune.verify import verify
+from autotune.gate.verify import verify
 
 pytestmark = pytest.mark.gpu
 

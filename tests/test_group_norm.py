@@ -15,9 +15,9 @@ from hypothesis import find, settings
 from autotune import gpu, runtime
 from autotune.db import BestRow, ConfigStore
 from autotune.kernels import group_norm
-from autotune.kernels.group_norm import _launch, SPEC
+from autotune.kernels.norm.group_norm import _launch, SPEC
 from autotune.search_spaces.group_norm import SPACE, group_block
-from autotune.verify import verify
+from autotune.gate.verify import verify
 
 pytestmark = [
     pytest.mark.usefixtures("user_db"),  # an empty user database: public calls run the default config

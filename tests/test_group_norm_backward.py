@@ -13,10 +13,10 @@ import torch.nn.functional as F
 from autotune import gpu, runtime
 from autotune.db import BestRow, ConfigStore
 from autotune.kernels import group_norm
-from autotune.kernels.group_norm import _forward
-from autotune.kernels.group_norm_backward import SPEC
+from autotune.kernels.norm.group_norm import _forward
+from autotune.kernels.norm.group_norm_backward import SPEC
 from autotune.search_spaces.group_norm import BACKWARD_SPACE, SPACE
-from autotune.verify import check_problem, verify
+from autotune.gate.verify import check_problem, verify
 
 pytestmark = [
     pytest.mark.usefixtures("user_db"),  # an empty user database: public calls run the default configs

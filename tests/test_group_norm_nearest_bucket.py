@@ -9,8 +9,8 @@ import torch
 
 from autotune import runtime
 from autotune.kernels import group_norm
-from autotune.kernels.group_norm import SPEC as FORWARD
-from autotune.kernels.group_norm_backward import SPEC as BACKWARD
+from autotune.kernels.norm.group_norm import SPEC as FORWARD
+from autotune.kernels.norm.group_norm_backward import SPEC as BACKWARD
 from autotune.search_spaces.group_norm import bucket_distance
 from autotune.spec import bucket_distance as generic_distance
 from stored_rows import store_best

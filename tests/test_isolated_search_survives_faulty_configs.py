@@ -10,11 +10,12 @@ import pytest
 import torch
 from click.testing import CliRunner
 
-from autotune import gpu, isolation
+from autotune import gpu
+from autotune.engine import isolation
 from autotune.cli import main
 from autotune.db import ConfigStore
-from autotune.kernels import vector_add
-from autotune.search import search
+import autotune.kernels.vector_add.add as vector_add
+from autotune.engine.search import search
 from fault_kernels import EXPECTED, FAULT_ADD, HANG_CRASH_ADD, MODES, ON_GPU
 
 PROBLEM = vector_add.parse_shape("1000")

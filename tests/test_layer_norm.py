@@ -14,11 +14,13 @@ import torch.nn.functional as F
 from hypothesis import given, settings
 
 from autotune import runtime
-from autotune.kernels import _norm_problems, layer_norm, rms_norm
-from autotune.kernels.layer_norm import LAYER_NORM, RMS_NORM
+from autotune.kernels import rms_norm
+from autotune.kernels.norm import problems as _norm_problems
+from autotune.kernels import layer_norm
+from autotune.kernels.norm.layer_norm import LAYER_NORM, RMS_NORM
 from autotune.search_spaces.layer_norm import FORWARD_SPACE as SPACE
 from autotune.search_spaces.layer_norm import bucket
-from autotune.verify import check_problem, compare_outputs, verify
+from autotune.gate.verify import check_problem, compare_outputs, verify
 from stored_rows import store_best
 
 pytestmark = [

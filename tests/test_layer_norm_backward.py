@@ -12,11 +12,13 @@ import torch
 import torch.nn.functional as F
 
 from autotune import runtime
-from autotune.kernels import _norm_problems, layer_norm, rms_norm
-from autotune.kernels.layer_norm_backward import LAYER_NORM_BACKWARD, RMS_NORM_BACKWARD
+from autotune.kernels import rms_norm
+from autotune.kernels.norm import problems as _norm_problems
+from autotune.kernels import layer_norm
+from autotune.kernels.norm.layer_norm_backward import LAYER_NORM_BACKWARD, RMS_NORM_BACKWARD
 from autotune.search_spaces.layer_norm import BACKWARD_SPACE as SPACE
 from autotune.search_spaces.layer_norm import FORWARD_SPACE
-from autotune.verify import compare_outputs, outputs_like, verify
+from autotune.gate.verify import compare_outputs, outputs_like, verify
 from stored_rows import store_best
 
 pytestmark = [

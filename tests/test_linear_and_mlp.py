@@ -13,14 +13,16 @@ import torch.nn.functional as F
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 from autotune import runtime
-from autotune.kernels import _gemm
-from autotune.kernels import _matmul_problems as problems_
-from autotune.kernels import linear, matmul, mlp
-from autotune.kernels.matmul import LINEAR, _matmul_op, apply_activation, linear_op
-from autotune.kernels.mlp import MLP, _mlp_op
+from autotune.kernels.gemm import gemm as _gemm
+from autotune.kernels.gemm import problems as problems_
+from autotune.kernels import linear
+from autotune.kernels import matmul
+from autotune.kernels import mlp
+from autotune.kernels.gemm.matmul import LINEAR, _matmul_op, apply_activation, linear_op
+from autotune.kernels.gemm.mlp import MLP, _mlp_op
 from autotune.search_spaces import mlp as mlp_space
 from autotune.search_spaces.matmul import SPACE
-from autotune.verify import check_problem, verify
+from autotune.gate.verify import check_problem, verify
 from dispatched_ops import DispatchedOps, autotune_ops
 from stored_rows import store_best
 

@@ -11,11 +11,12 @@ import pytest
 import torch
 
 from autotune import gpu, runtime
-from autotune.kernels import _gemm, matmul
-from autotune.kernels._matmul_problems import parse_matmul
-from autotune.kernels.matmul import MATMUL, apply_activation, linear
+from autotune.kernels.gemm import gemm as _gemm
+from autotune.kernels import matmul
+from autotune.kernels.gemm.problems import parse_matmul
+from autotune.kernels.gemm.matmul import MATMUL, apply_activation, linear
 from autotune.search_spaces.matmul import SPACE
-from autotune.verify import check_problem, verify
+from autotune.gate.verify import check_problem, verify
 from stored_rows import store_best
 
 pytestmark = [

@@ -13,10 +13,10 @@ import pytest
 import torch
 from hypothesis import given, settings
 
-from autotune.kernels import _matmul_problems as problems_
-from autotune.kernels.matmul import LINEAR, MATMUL
-from autotune.kernels.mlp import MLP
-from autotune.search import search
+from autotune.kernels.gemm import problems as problems_
+from autotune.kernels.gemm.matmul import LINEAR, MATMUL
+from autotune.kernels.gemm.mlp import MLP
+from autotune.engine.search import search
 from autotune.search_spaces import matmul as space_
 from autotune.search_spaces import mlp as mlp_space
 from autotune.search_spaces.matmul import SPACE

@@ -4,7 +4,7 @@ parses back to that preset, so the search times the preset itself, activation an
 import pytest
 
 import autotune
-from autotune import registry
+from autotune.runtime import registry
 
 
 @pytest.mark.parametrize("kernel", registry.names())

@@ -12,9 +12,12 @@ import sys
 import pytest
 import torch
 
-from autotune import db, offbucket, registry
-from autotune.kernels import fused_softmax as softmax, vector_add
-from autotune.verify import check_problem
+from autotune import db
+from autotune.measure import offbucket
+from autotune.runtime import registry
+from autotune.kernels.fused_softmax.softmax import softmax
+import autotune.kernels.vector_add.add as vector_add
+from autotune.gate.verify import check_problem
 from stored_rows import store_best
 from wrong_kernels import BAD_BLOCK, TAIL_BUG_ADD
 

@@ -12,7 +12,8 @@ from sqlalchemy import create_engine
 
 from autotune import db, gpu, runtime
 from autotune.db import SCHEMA_VERSION, ConfigStore
-from autotune.kernels import add, vector_add
+from autotune.kernels import add
+import autotune.kernels.vector_add.add as vector_add
 
 # The version-1 tables exactly as autotune created them (autotune/db/shipped.sqlite was such a file).
 V1_SCHEMA = """

@@ -8,9 +8,9 @@ import json
 import cachetools
 import torch
 
-from autotune import precompile
-from autotune.kernels.vector_add import SPEC
-from autotune.verify import ReferenceCache, tensor_bytes
+from autotune.engine import precompile
+from autotune.kernels.vector_add.add import SPEC
+from autotune.gate.verify import ReferenceCache, tensor_bytes
 
 
 def problem(n: int) -> dict:

@@ -11,9 +11,9 @@ import torch
 from autotune import db
 from autotune.db import SCHEMA_VERSION, ConfigStore
 from autotune.db.store import TIMINGS
-from autotune.kernels import vector_add
-from autotune.query import stored_rows
-from autotune.search import TrialOutcome, outcome_of, record_outcome, search
+import autotune.kernels.vector_add.add as vector_add
+from autotune.db.query import stored_rows
+from autotune.engine.search import TrialOutcome, outcome_of, record_outcome, search
 
 
 def test_a_search_under_the_interpreter_stores_and_shows_wall_clock_timing(user_db):

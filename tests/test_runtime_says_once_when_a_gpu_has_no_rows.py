@@ -7,7 +7,8 @@ import pytest
 import torch
 
 from autotune import db, gpu, runtime
-from autotune.kernels import add, vector_add
+from autotune.kernels import add
+import autotune.kernels.vector_add.add as vector_add
 from stored_rows import store_best
 
 
@@ -15,7 +16,7 @@ from stored_rows import store_best
 def fresh_process(user_db, tmp_path, monkeypatch):
     """No shipped database (on a GPU machine it holds rows) and nothing said yet, as in a new process."""
     monkeypatch.setattr(db, "shipped_path", lambda: tmp_path / "no-shipped.sqlite")
-    monkeypatch.setattr(runtime, "_warned_no_rows", set())
+    monkeypatch.setattr(lookup, "_warned_no_rows", set())
     return user_db
 
 

@@ -8,8 +8,9 @@ import time
 import pytest
 import torch
 
-from autotune import bench, registry
-from autotune.search import Evaluator
+from autotune.measure import bench
+from autotune.runtime import registry
+from autotune.engine.search import Evaluator
 
 SPLIT = {"variant": "split", "BLOCK": 4096, "SPLIT": 2, "num_warps": 8, "num_stages": 1, "REDUCE": "partials"}
 

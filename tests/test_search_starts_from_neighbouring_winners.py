@@ -9,8 +9,8 @@ import torch
 
 from autotune import gpu
 from autotune.db import ConfigStore
-from autotune.kernels import fused_softmax
-from autotune.search import EARLIER_SOURCE_WARM_STARTS, NEIGHBOUR_WARM_STARTS, search, warm_starts
+import autotune.kernels.fused_softmax.softmax as fused_softmax
+from autotune.engine.search import EARLIER_SOURCE_WARM_STARTS, NEIGHBOUR_WARM_STARTS, search, warm_starts
 from autotune.space import Config
 from stored_rows import store_best
 

@@ -7,10 +7,11 @@ import torch
 
 from autotune import gpu, runtime
 from autotune.db import BestRow, ConfigStore
-from autotune.kernels import add, vector_add
-from autotune.search import Evaluator, search
+from autotune.kernels import add
+import autotune.kernels.vector_add.add as vector_add
+from autotune.engine.search import Evaluator, search
 from autotune.space import Param, SearchSpace
-from autotune.verify import draw_problems, verify
+from autotune.gate.verify import draw_problems, verify
 from wrong_kernels import STATIC_FAIL_ADD, TAIL_BUG_ADD
 
 PROBLEM = vector_add.parse_shape("5000")

@@ -9,9 +9,9 @@ from hypothesis import find, settings
 
 from autotune import runtime
 from autotune.kernels import softmax
-from autotune.kernels.fused_softmax import SPEC
+from autotune.kernels.fused_softmax.softmax import SPEC
 from autotune.search_spaces.softmax import SPACE, bucket
-from autotune.verify import verify
+from autotune.gate.verify import verify
 
 pytestmark = [
     # Public calls read a fresh, empty user database, so they run the default config.

@@ -3,8 +3,8 @@ import math
 import pytest
 import torch
 
-from autotune.kernels import vector_add
-from autotune.verify import compare, verify
+import autotune.kernels.vector_add.add as vector_add
+from autotune.gate.verify import compare, verify
 from wrong_kernels import BAD_BLOCK, TAIL_BUG_ADD
 
 

@@ -22,9 +22,9 @@ from click.testing import CliRunner
 from autotune import gpu
 from autotune.cli import main
 from autotune.db import ConfigStore
-from autotune.distributed import conclude_shared, search_parallel
-from autotune.kernels import vector_add
-from autotune.studies import GRACE_HEARTBEATS, create_shared_study, evaluated, open_storage
+from autotune.engine.distributed import conclude_shared, search_parallel
+import autotune.kernels.vector_add.add as vector_add
+from autotune.engine.studies import GRACE_HEARTBEATS, create_shared_study, evaluated, open_storage
 from worker_kernels import GATHER_ADD, GATHER_ENV, HANG_ADD, HANG_ENV
 
 PROBLEM = vector_add.parse_shape("5000")

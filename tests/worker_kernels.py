@@ -8,7 +8,7 @@ import dataclasses
 import os
 import time
 
-from autotune.kernels import vector_add
+import autotune.kernels.vector_add.add as vector_add
 from autotune.space import Param, SearchSpace
 
 GATHER_ENV = "AUTOTUNE_TEST_GATHER"

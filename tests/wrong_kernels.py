@@ -9,7 +9,7 @@ import triton
 import triton.language as tl
 
 from autotune import runtime
-from autotune.kernels import vector_add
+import autotune.kernels.vector_add.add as vector_add
 
 BAD_BLOCK = 2048
 

@@ -1,0 +1,436 @@
+"""The correctness gate: a config must match float64 on Hypothesis-drawn problems before it is timed.
+
+The error budget is earned, not guessed: on every problem the candidate's error against float64 must be
+within a small factor of PyTorch's own error in the same dtype, plus one storage ulp and a little fp32
+compute slack. Outputs are poisoned with NaN before each run, so an unwritten element always fails.
+A kernel whose outputs are long sums (a GEMM's) gives an error floor per element: where a sum cancels far
+below the size of its terms, its rounding error is judged against that size, not against the leftover
+(there two correct summation orders differ by any factor, and the worst such element would decide).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import random
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import cachetools
+import torch
+from hypothesis import HealthCheck, Phase, find, reject, settings
+from hypothesis.errors import NoSuchExample, Unsatisfiable
+from hypothesis.strategies import SearchStrategy
+
+from autotune import gpu
+from autotune.gate.repeatable_draws import without_local_constants
+from autotune.space import Config, Problem
+from autotune.spec import DTYPE_NAMES, KernelSpec
+
+FACTOR = 4.0
+"""How many times PyTorch's own same-dtype error a candidate may have."""
+FP32_SLACK_ULPS = 64
+"""Compute slack in fp32 ulps: kernels accumulate in fp32 but may order or approximate differently."""
+
+def default_max_numel() -> int:
+    """Largest problem verify draws by default: small under the interpreter, which is slow per element."""
+    return (1 << 13) if gpu.interpreter_active() else (1 << 20)
+
+
+KnownFailure = tuple[Problem, int]
+"""A problem that failed the gate before, and the seed of the inputs it failed on."""
+
+
+@dataclass(frozen=True)
+class Failure:
+    """Why a config failed on one problem."""
+
+    problem: Problem
+    kind: str  # "incorrect" or "error"
+    reason: str
+    error: float | None = None
+    budget: float | None = None
+    seed: int | None = None  # of the inputs it failed on
+
+    def describe(self) -> str:
+        where = json.dumps(self.problem, sort_keys=True)
+        return f"{self.kind} on {where}: {self.reason}"
+
+
+@dataclass(frozen=True)
+class VerifyResult:
+    """Outcome of verifying one config of one kernel in one dtype."""
+
+    kernel: str
+    dtype: str
+    config: Config
+    examples: int  # distinct problems checked (the config applies to each): Hypothesis draws and extra problems
+    failure: Failure | None = None
+    worst_error_ratio: float = 0.0  # max over problems of error / budget
+    skipped: int = 0  # draws the config does not apply to (rejected by the space's constraints), drawn anew
+    problems: list[Problem] = field(default_factory=list, repr=False)
+
+    @property
+    def passed(self) -> bool:
+        return self.failure is None and self.examples > 0
+
+
+def storage_eps(dtype: torch.dtype) -> float:
+    return torch.finfo(dtype).eps
+
+
+Outputs = torch.Tensor | tuple[torch.Tensor, ...]
+"""What a kernel writes: one tensor, or a tuple of them (y and the residual sum; dx, dweight, dbias)."""
+
+
+def outputs_like(base: Outputs, fill: float | None = float("nan")) -> Outputs:
+    """Fresh tensors shaped like `base` (a tensor or a tuple of them), filled with `fill` (None: unset)."""
+    if isinstance(base, torch.Tensor):
+        if fill is None:
+            return base.new_empty(base.shape)
+        return torch.full(base.shape, fill, dtype=base.dtype, device=base.device)
+    return tuple(outputs_like(b, fill) for b in base)
+
+
+def compare_outputs(out: Outputs, ref: Outputs, base: Outputs, floor: Outputs | None = None) -> tuple[float, float, str | None]:
+    """`compare` for each output, each judged in its own dtype; the first failure, else the worst error."""
+    if isinstance(base, torch.Tensor):
+        return compare(out, ref, base, base.dtype, floor)
+    if isinstance(out, torch.Tensor) or len(out) != len(base):
+        return float("inf"), 0.0, f"expected {len(base)} outputs"
+    worst = (0.0, 0.0, None)
+    for i, (o, r, b) in enumerate(zip(out, ref, base)):
+        err, budget, reason = compare(o, r, b, b.dtype, None if floor is None else floor[i])
+        if reason:
+            return err, budget, f"output {i}: {reason}"
+        if budget and err / budget > (worst[0] / worst[1] if worst[1] else 0.0):
+            worst = (err, budget, None)
+    return worst
+
+
+def compare(out: torch.Tensor, ref: torch.Tensor, base: torch.Tensor, dtype: torch.dtype,
+            floor: torch.Tensor | None = None) -> tuple[float, float, str | None]:
+    """Error of `out` against float64 `ref`, its budget from `base` (PyTorch, same dtype), and why it fails.
+
+    Elementwise relative error with an absolute floor of one ulp at the tensor's scale; with `floor` (the
+    spec's error_floor), relative to the larger of the reference and the floor, element by element. Where
+    the reference is not finite (overflow, all -inf rows), the candidate must reproduce it, or PyTorch's
+    value where that is not finite either. Where only PyTorch overflowed, the candidate may do the same
+    or be judged against the reference like any other element; likewise where the finite reference is past
+    the dtype's range (it rounds to an infinity there: that infinity is the correctly rounded answer). NaN
+    never passes anywhere else.
+    """
+    if out.shape != ref.shape:
+        return float("inf"), 0.0, f"output shape {tuple(out.shape)} != reference shape {tuple(ref.shape)}"
+    o, r, b = (t.detach().to(device=out.device, dtype=torch.float64).reshape(-1) for t in (out, ref, base))
+    special = ~torch.isfinite(r)
+    if special.any():
+        target = torch.where(torch.isfinite(b[special]), r[special], b[special])
+        got = o[special]
+        same = (got == target) | (torch.isnan(got) & torch.isnan(target))
+        if not bool(same.all()):
+            i = int(torch.nonzero(~same)[0])
+            return float("inf"), 0.0, f"non-finite mismatch: expected {target[i].item()} got {got[i].item()}"
+    torch_overflow = ~special & ~torch.isfinite(b)
+    rounded = r.to(dtype).to(torch.float64)  # the reference as the output's dtype holds it
+    reference_overflow = ~special & torch.isinf(rounded)
+    judged = ~special & ~(torch_overflow & (o == b)) & ~(reference_overflow & (o == rounded))
+    torch_finite = torch.isfinite(b[judged])
+    o, r, b = o[judged], r[judged], b[judged]
+    if o.numel() == 0:
+        return 0.0, 0.0, None
+    if not bool(torch.isfinite(o).all()):
+        i = int(torch.nonzero(~torch.isfinite(o))[0])
+        return float("inf"), 0.0, f"got {o[i].item()} where the reference is {r[i].item()} (unwritten output?)"
+    eps = storage_eps(dtype)
+    atol = max(float(r.abs().max()) * eps, torch.finfo(dtype).tiny)
+    size = r.abs()
+    if floor is not None:
+        size = torch.maximum(size, floor.detach().to(device=out.device, dtype=torch.float64).reshape(-1)[judged])
+    err = float(((o - r).abs() / (size + atol)).max())
+    b, rb, sb = b[torch_finite], r[torch_finite], size[torch_finite]
+    base_err = float(((b - rb).abs() / (sb + atol)).max()) if b.numel() else 0.0
+    budget = FACTOR * base_err + eps + FP32_SLACK_ULPS * torch.finfo(torch.float32).eps
+    if err > budget:
+        return err, budget, f"error {err:.3g} > budget {budget:.3g} (PyTorch {dtype} error {base_err:.3g})"
+    return err, budget, None
+
+
+class InvalidOutputs(TypeError):
+    """A spec's baseline or reference returned something other than the outputs a kernel writes: a bug of
+    the spec (or of torch under it), not of the config being checked."""
+
+
+def _output_shapes(outputs: object) -> list[tuple[int, ...]] | None:
+    """The shapes of a tensor or of a non-empty tuple (or list) of tensors; None for anything else."""
+    if isinstance(outputs, torch.Tensor):
+        return [tuple(outputs.shape)]
+    if isinstance(outputs, (tuple, list)) and outputs and all(isinstance(t, torch.Tensor) for t in outputs):
+        return [tuple(t.shape) for t in outputs]
+    return None
+
+
+def _describe_outputs(outputs: object) -> str:
+    if isinstance(outputs, (tuple, list)):
+        return f"a {type(outputs).__name__} of ({', '.join(type(o).__name__ for o in outputs)})"
+    return f"a {type(outputs).__name__}"
+
+
+def check_references(spec: KernelSpec, problem: Problem, base: object, ref: object) -> None:
+    """Raise InvalidOutputs unless `base` (spec.baseline's) and `ref` (spec.reference's) are each a tensor
+    or a tuple of tensors, alike in count and shapes: what the gate poisons, compares and budgets by."""
+    where = json.dumps(problem, sort_keys=True)
+    shapes = {}
+    for role, outputs in (("baseline", base), ("reference", ref)):
+        shapes[role] = _output_shapes(outputs)
+        if shapes[role] is None:
+            raise InvalidOutputs(f"{spec.name}'s {role} returned {_describe_outputs(outputs)} on {where}: expected "
+                                 "a tensor or a tuple of tensors")
+    if shapes["baseline"] != shapes["reference"]:
+        raise InvalidOutputs(f"{spec.name}'s baseline and reference disagree on {where}: output shapes "
+                             f"{shapes['baseline']} and {shapes['reference']}")
+
+
+MAX_CACHED_BYTES = 8 << 30
+"""What a ReferenceCache holds at most, in tensor bytes: a run verifying a large bucket's edge problems (float64
+references of 16k x 16k products) would otherwise fill the GPU."""
+
+
+def tensor_bytes(obj: object) -> int:
+    """Bytes of the tensors in obj: a tensor, or dicts, tuples and lists of them (anything else counts 0)."""
+    if isinstance(obj, torch.Tensor):
+        return obj.untyped_storage().nbytes()
+    if isinstance(obj, dict):
+        obj = obj.values()
+    elif not isinstance(obj, (tuple, list)):
+        return 0
+    return sum(tensor_bytes(o) for o in obj)
+
+
+class ReferenceCache:
+    """Inputs, PyTorch and float64 results (and error floors) per problem, shared by the configs checked on
+    them: the most recently used, up to `max_bytes` of tensors (a larger problem's are not kept)."""
+
+    def __init__(self, max_bytes: int = MAX_CACHED_BYTES) -> None:
+        self._items = cachetools.LRUCache(max_bytes, getsizeof=tensor_bytes)
+
+    @property
+    def held_bytes(self) -> int:
+        return int(self._items.currsize)
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def _item(self, spec: KernelSpec, problem: Problem, dtype: torch.dtype, seed: int):
+        key = (spec.name, json.dumps(problem, sort_keys=True), dtype, seed)
+        item = self._items.get(key)
+        if item is None:
+            inputs = spec.make_inputs(problem, dtype, gpu.device(), seed)
+            floor = spec.error_floor(inputs) if spec.error_floor else None
+            base, ref = spec.baseline(inputs), spec.reference(inputs)
+            check_references(spec, problem, base, ref)
+            item = (inputs, base, ref, floor)
+            with contextlib.suppress(ValueError):  # larger than the whole cache: used once, not kept
+                self._items[key] = item
+        return item
+
+    def get(self, spec: KernelSpec, problem: Problem, dtype: torch.dtype, seed: int) -> tuple[dict, Outputs, Outputs]:
+        return self._item(spec, problem, dtype, seed)[:3]
+
+    def floor(self, spec: KernelSpec, problem: Problem, dtype: torch.dtype, seed: int) -> Outputs | None:
+        """The spec's error floor for the problem's outputs, or None."""
+        return self._item(spec, problem, dtype, seed)[3]
+
+
+def check_problem(
+    spec: KernelSpec,
+    config: Config,
+    problem: Problem,
+    dtype: torch.dtype,
+    *,
+    seed: int = 0,
+    cache: ReferenceCache | None = None,
+) -> Failure | None:
+    """Run config on one problem with poisoned output; None when it matches float64 within budget."""
+    device = gpu.device()
+    cache = cache or ReferenceCache()
+    inputs, base, ref = cache.get(spec, problem, dtype, seed)
+    out = outputs_like(base)
+    try:
+        spec.launch(inputs, config, out)
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+    except Exception as exc:  # a candidate may fail in any way; the trial records how
+        return Failure(problem, "error", exception_summary(exc), seed=seed)
+    err, budget, reason = compare_outputs(out, ref, base, cache.floor(spec, problem, dtype, seed))
+    if reason:
+        return Failure(problem, "incorrect", reason, err, budget, seed)
+    return None
+
+
+NO_EXPLAIN = tuple(p for p in Phase if p is not Phase.explain)
+"""Hypothesis's phases but the explain phase: it traces every line of each call made while shrinking
+(a failure's minimal problem is all verify reports), which slows shrinking a launcher several times."""
+SHRINK_SECONDS = 30.0
+"""How long verify shrinks a failure by running new problems; past it, only problems already run can fail,
+so Hypothesis ends on the smallest of those. On a GPU every new shape, head dim or layout compiles anew
+(seconds each for an attention backward), and Hypothesis's own cap is minutes."""
+HYPOTHESIS_RUNS = 4
+"""Hypothesis runs per verify at most. One run draws `examples` problems the config applies to, some of
+them more than once (choices a problem does not use still vary); each further run, on its own seed, draws
+as many more as the last run needed per new problem for those still missing, until one adds none."""
+
+
+class _Checks:
+    """The problems one config was checked on, each once, and the draws it does not apply to."""
+
+    def __init__(self, spec: KernelSpec, config: Config, dtype: torch.dtype, seed: int, cache: ReferenceCache,
+                 shrink_seconds: float = SHRINK_SECONDS):
+        self.spec, self.config, self.dtype, self.seed, self.cache = spec, config, dtype, seed, cache
+        self.shrink_seconds = shrink_seconds
+        self.shrink_until: float | None = None  # set by the first failure
+        self.problems: dict[str, Problem] = {}
+        self.failed: dict[str, bool] = {}
+        self.drawn: set[str] = set()
+        self.draws = 0  # draws the config applies to, repeats included
+        self.skipped = 0
+
+    def applies(self, problem: Problem) -> bool:
+        if self.spec.space.rejects(self.config, problem):
+            self.skipped += 1
+            return False
+        return True
+
+    def check(self, problem: Problem) -> Failure | None:
+        key = json.dumps(problem, sort_keys=True)
+        self.problems[key] = problem
+        failure = self._outcome(problem)
+        self.failed[key] = failure is not None
+        return failure
+
+    def _outcome(self, problem: Problem) -> Failure | None:
+        return check_problem(self.spec, self.config, problem, self.dtype, seed=self.seed, cache=self.cache)
+
+    def drawn_fails(self, problem: Problem) -> bool:
+        """Hypothesis's condition: whether a drawn problem fails; a draw the config does not apply to is
+        rejected (no example: Hypothesis counts only the others), and a repeat is not run again."""
+        problem = self.spec.problem_for(problem, self.dtype)
+        if not self.applies(problem):
+            reject()
+        key = json.dumps(problem, sort_keys=True)
+        self.drawn.add(key)
+        self.draws += 1
+        if key not in self.failed:
+            if self.shrink_until is not None and time.monotonic() > self.shrink_until:
+                return False  # past the shrink budget: not run, so not known to fail
+            if self.check(problem) and self.shrink_until is None:
+                self.shrink_until = time.monotonic() + self.shrink_seconds
+        return self.failed[key]
+
+
+class _Draws(_Checks):
+    """_Checks that launch nothing: every problem passes, so Hypothesis draws what a passing verify draws."""
+
+    def _outcome(self, problem: Problem) -> Failure | None:
+        return None
+
+
+def draw_problems(spec: KernelSpec, config: Config, dtype: torch.dtype, *, examples: int = 50,
+                  seed: int | None = None, max_numel: int | None = None) -> list[Problem]:
+    """The problems `verify` draws for config with these arguments when none fails (the same seed draws
+    the same), without running anything: what to compile ahead before verifying."""
+    config = spec.space.validate(config)
+    draws = _Draws(spec, config, dtype, seed or 0, ReferenceCache())
+    _minimal_failing(draws, spec.problems_fitting(config, dtype, max_numel or default_max_numel()), examples, seed)
+    return list(draws.problems.values())
+
+
+def _minimal_failing(checks: _Checks, strategy: SearchStrategy, examples: int, seed: int | None) -> Problem | None:
+    """The shrunk failing problem of the first Hypothesis run that finds one, or None when `examples`
+    distinct problems were drawn (or no more could be) and none failed."""
+    asked = examples
+    for run in range(HYPOTHESIS_RUNS):
+        before, draws_before = len(checks.drawn), checks.draws
+        hyp_settings = settings(max_examples=asked, database=None, deadline=None,
+                                suppress_health_check=list(HealthCheck), phases=NO_EXPLAIN)
+        rng = random.Random(seed if seed is not None else 0) if run == 0 else random.Random(f"{seed}/{run}")
+        try:
+            with without_local_constants():  # else the draws depend on what this process has imported
+                return find(strategy, checks.drawn_fails, settings=hyp_settings, random=rng)
+        except (NoSuchExample, Unsatisfiable):  # Unsatisfiable: the config applies to none of the draws
+            pass
+        new, missing = len(checks.drawn) - before, examples - len(checks.drawn)
+        if missing <= 0 or new == 0:
+            return None
+        asked = math.ceil(missing * (checks.draws - draws_before) / new)
+    return None
+
+
+def verify(
+    spec: KernelSpec,
+    config: Config,
+    dtype: torch.dtype,
+    *,
+    examples: int = 50,
+    seed: int | None = None,
+    max_numel: int | None = None,
+    extra_problems: Sequence[Problem] = (),
+    cache: ReferenceCache | None = None,
+    extra_first: bool = True,
+    shrink_seconds: float = SHRINK_SECONDS,
+    known_failures: Sequence[KnownFailure] = (),
+) -> VerifyResult:
+    """Check config on `extra_problems`, then on `examples` distinct Hypothesis problems; shrink a failure.
+    With `extra_first=False` the Hypothesis problems come first, so that a failure found among them is
+    reported shrunk, not as the extra problem (often a large one) that fails too. Shrinking runs new
+    problems for `shrink_seconds` after the first failure, then settles on the smallest failure it ran.
+
+    A config is only checked on problems its space's constraints let it run on: a draw they reject is
+    no example (Hypothesis draws another), and a problem drawn again is not checked again, so `examples`
+    counts problems checked. Where fewer than about 1% of draws apply, Hypothesis stops with fewer.
+
+    `known_failures` (problems that failed before, each with the seed of the inputs it failed on) are
+    checked first, each on its own seed: a failure that depends on the inputs is found again.
+    """
+    config = spec.space.validate(config)
+    checks = _Checks(spec, config, dtype, seed or 0, cache or ReferenceCache(), shrink_seconds)
+
+    def result(failure: Failure | None) -> VerifyResult:
+        return VerifyResult(spec.name, DTYPE_NAMES[dtype], config, len(checks.problems), failure,
+                            skipped=checks.skipped, problems=list(checks.problems.values()))
+
+    for problem, problem_seed in known_failures:
+        problem = spec.problem_for(problem, dtype)
+        if checks.applies(problem):
+            checks.problems[json.dumps(problem, sort_keys=True)] = problem
+            if failure := check_problem(spec, config, problem, dtype, seed=problem_seed, cache=checks.cache):
+                return result(failure)
+
+    def first_extra_failure() -> VerifyResult | None:
+        for problem in extra_problems:
+            problem = spec.problem_for(problem, dtype)
+            if checks.applies(problem) and (failure := checks.check(problem)):
+                return result(failure)
+        return None
+
+    if extra_first and (failed := first_extra_failure()):
+        return failed
+    minimal = _minimal_failing(checks, spec.problems_fitting(config, dtype, max_numel or default_max_numel()), examples, seed)
+    if minimal is None:
+        return (not extra_first and first_extra_failure()) or result(None)
+    failure = check_problem(spec, config, spec.problem_for(minimal, dtype), dtype, seed=seed or 0, cache=checks.cache)
+    if failure is None:  # flaky: failed during the search, passes on replay (a race or reading unset memory)
+        failure = Failure(minimal, "incorrect", "failed once, passed on replay: nondeterministic result", seed=seed or 0)
+    return result(failure)
+
+
+def exception_summary(exc: BaseException) -> str:
+    """'TypeName: first line of the message', as a failure records an exception."""
+    return f"{type(exc).__name__}: {_first_line(exc)}"
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0][:300] if text else ""

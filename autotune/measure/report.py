@@ -1,0 +1,338 @@
+"""Same-run comparison: a kernel's tuned config (what the runtime launches) against its default config,
+PyTorch eager, torch.compile and a vendor library call, in one process, on the same random inputs; medians,
+rates and the share of the GPU's roofline peak; one record per measurement, a table, and files."""
+
+from __future__ import annotations
+
+import datetime
+import json
+import pathlib
+import platform
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+import torch
+from tabulate import tabulate
+
+import autotune
+from autotune import gpu, runtime
+from autotune.measure import bench
+from autotune.runtime import registry
+from autotune.space import Problem
+from autotune.spec import DTYPE_NAMES, KernelSpec, shape_label
+from autotune.gate.verify import outputs_like
+
+IMPLEMENTATIONS = ("tuned", "tuned-launch", "default", "torch", "compile", "vendor")
+"""What can be timed: the public function as users call it (it launches the runtime's config: exact bucket,
+nearest, else default; the tuned config launched directly where a kernel has none), the tuned config launched
+directly, the default config, the baseline in PyTorch eager, the baseline under torch.compile, and the
+vendor library call (kernels that have one)."""
+AGAINST = ("default", "torch", "compile", "vendor")
+"""What the tuned kernel can be compared against."""
+UNITS = {"memory": "GB/s", "compute": "TFLOP/s"}
+
+
+@dataclass(frozen=True)
+class Case:
+    """One kernel on one problem (as `problem_for` makes it for the dtype) in one dtype."""
+
+    spec: KernelSpec
+    problem: Problem
+    dtype: torch.dtype
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The cases to measure, and the (kernel, dtype) pairs left out because the kernel cannot run the dtype here."""
+
+    cases: list[Case]
+    skipped: list[str] = field(default_factory=list)
+
+
+def parse_against(text: str) -> list[str]:
+    """'torch,compile,default' -> ['default', 'torch', 'compile'] (in AGAINST's order); ValueError if any is unknown."""
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    if not names or any(n not in AGAINST for n in names):
+        raise ValueError(f"--against {text!r}: expected a comma-separated list of {', '.join(AGAINST)}")
+    return [n for n in AGAINST if n in names]
+
+
+def shapes_by_kernel(items: Sequence[str], kernels: Sequence[str]) -> dict[str, list[str]]:
+    """`--shape` values by kernel: 'KERNEL=SPEC', or a bare SPEC where only one kernel is measured."""
+    shapes: dict[str, list[str]] = {}
+    for item in items:
+        name, sep, spec = item.partition("=")
+        if sep and name in kernels:
+            shapes.setdefault(name, []).append(spec)
+        elif sep and name in registry.names():
+            raise ValueError(f"--shape {item!r}: kernel {name!r} is not among those measured ({', '.join(kernels)})")
+        elif len(kernels) == 1:
+            shapes.setdefault(kernels[0], []).append(item)
+        else:
+            raise ValueError(f"--shape {item!r}: with several kernels, say whose shape it is: KERNEL=SPEC")
+    return shapes
+
+
+def default_dtypes(spec: KernelSpec) -> tuple[torch.dtype, ...]:
+    """Every dtype the kernel supports on a GPU; float32 alone under the interpreter (slow, and no bf16 dots)."""
+    if gpu.interpreter_active() and torch.float32 in spec.dtypes:
+        return (torch.float32,)
+    return tuple(spec.dtypes)
+
+
+def plan(
+    kernels: Sequence[str],
+    dtypes: Sequence[torch.dtype] = (),
+    shapes: Mapping[str, Sequence[str]] | None = None,
+    *,
+    skip_unsupported: bool = False,
+) -> Plan:
+    """The cases of each kernel in each dtype (default: `default_dtypes`) on its `shapes` (default: its presets
+    here, small ones under the interpreter). ValueError for a shape that does not parse or that the default
+    config cannot run, and for a dtype a kernel does not support unless `skip_unsupported`."""
+    cases, skipped = [], []
+    for name in kernels:
+        spec = registry.get(name)
+        texts = (shapes or {}).get(name, [])
+        try:
+            problems = [spec.parse_shape(text) for text in texts] or list(spec.presets_here())
+        except ValueError as exc:
+            raise ValueError(f"--shape for {name}: {exc}") from None
+        for dtype in dtypes or default_dtypes(spec):
+            if dtype not in spec.dtypes:
+                if not skip_unsupported:
+                    raise ValueError(f"--dtype {DTYPE_NAMES[dtype]}: {name} supports {[DTYPE_NAMES[d] for d in spec.dtypes]} here")
+                skipped.append(f"{name} {DTYPE_NAMES[dtype]}: not supported here")
+                continue
+            for problem in problems:
+                problem = spec.problem_for(problem, dtype)
+                reason = spec.space.rejects(spec.space.default, problem)
+                if reason:
+                    raise ValueError(f"{name}: the default config cannot run {shape_label(problem)}: {reason}")
+                cases.append(Case(spec, problem, dtype))
+    if not cases:
+        raise ValueError(f"nothing to measure: {'; '.join(skipped) or 'no kernels named'}")
+    return Plan(cases, skipped)
+
+
+def environment() -> dict:
+    """The GPU (canonical and driver name, datasheet peaks), versions and date a report was measured with."""
+    import triton
+
+    info = gpu.current_gpu()
+    return {
+        "gpu": info.name, "device_name": info.device_name, "peak_bandwidth_gbs": info.peak_bandwidth_gbs,
+        "peak_tflops": info.peak_tflops, "torch": torch.__version__, "triton": triton.__version__,
+        "autotune": autotune.__version__, "python": platform.python_version(),
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "interpreter": info.is_interpreter,
+        "timing": ("wall-clock medians under the Triton interpreter on the CPU: not GPU timings" if info.is_interpreter
+                   else "medians of triton.testing.do_bench (L2 cleared before each call), each implementation "
+                         "timed in two rounds, in order then in reverse, and the two medians averaged"),
+    }
+
+
+def measure(plan: Plan, impls: Sequence[str], *, graphs: bool = False,
+            on_case: Callable[[int, Case], None] | None = None,
+            on_measured: Callable[[dict], None] | None = None) -> dict:
+    """Time each implementation in `impls` (see IMPLEMENTATIONS) on each case of the plan; with `graphs`, also
+    replayed from a CUDA graph. The report: `environment()`, the cases skipped, and one record per case and
+    implementation (an implementation that raises is recorded with its error, not timed). `on_measured` gets
+    the report so far after each case but the last, marked "partial" (to save what a cut-short run measured)."""
+    unknown = [i for i in impls if i not in IMPLEMENTATIONS]
+    if unknown:
+        raise ValueError(f"implementations {unknown}: expected some of {IMPLEMENTATIONS}")
+    report = environment()
+    records: list[dict] = []
+    compiled: dict[str, Callable] = {}
+    # One static-shape graph per problem is torch.compile at its best; lift dynamo's limit of 8 recompiles,
+    # past which it would silently run eager.
+    with torch._dynamo.config.patch(recompile_limit=1024):
+        for i, case in enumerate(plan.cases):
+            if on_case:
+                on_case(i, case)
+            if "compile" in impls and case.spec.name not in compiled:
+                compiled[case.spec.name] = torch.compile(case.spec.baseline, dynamic=False)
+            records += _measure_case(case, impls, compiled.get(case.spec.name), graphs)
+            if on_measured and i + 1 < len(plan.cases):
+                on_measured({**report, "partial": f"{i + 1} of {len(plan.cases)} cases measured",
+                             "skipped": plan.skipped, "records": list(records)})
+    return {**report, "skipped": plan.skipped, "records": records}
+
+
+def _measure_case(case: Case, impls: Sequence[str], compiled: Callable | None, graphs: bool) -> list[dict]:
+    spec, problem, dtype = case.spec, case.problem, case.dtype
+    inputs = spec.make_inputs(problem, dtype, gpu.device(), 0)
+    require_nonzero(spec, inputs)
+    out = outputs_like(spec.baseline(inputs), None)
+    bucket = spec.bucket(problem)
+    choice = runtime.tuned(spec).resolve(dtype, bucket, problem)
+    default = dict(spec.space.default)
+    calls = {
+        "tuned": (lambda: spec.public(inputs)) if spec.public else (lambda: spec.launch(inputs, choice.config, out)),
+        "tuned-launch": lambda: spec.launch(inputs, choice.config, out),
+        "default": lambda: spec.launch(inputs, default, out),
+        "torch": lambda: spec.baseline(inputs),
+        "compile": lambda: compiled(inputs),
+        "vendor": lambda: spec.vendor(inputs),
+    }
+    cost = spec.cost(problem, dtype)
+    records = []
+    for impl in impls:
+        if impl == "vendor" and spec.vendor is None:
+            continue
+        records.append({
+            "kernel": spec.name, "problem": problem, "shape": shape_label(problem), "bucket": bucket, "bound": spec.bound,
+            "dtype": DTYPE_NAMES[dtype], "impl": impl, "flops": cost.flops, "bytes": cost.bytes,
+            "config": default if impl == "default" else choice.config if impl.startswith("tuned") else None,
+            "config_source": choice.source if impl.startswith("tuned") else None,
+            "tuned_for": choice.bucket if impl.startswith("tuned") else None,
+        })
+    timings = time_balanced({r["impl"]: calls[r["impl"]] for r in records}, graphs)
+    for record in records:
+        timing = timings[record["impl"]]
+        if isinstance(timing, Exception):  # one implementation that cannot run this case does not end the report
+            record.update(median_ms=None, graph_ms=None, error=f"{type(timing).__name__}: {str(timing).strip()[:300]}")
+            continue
+        ms, graphed = timing
+        rate = bench.rate(cost, ms, bound=spec.bound, dtype_name=DTYPE_NAMES[dtype])
+        record.update(median_ms=ms, graph_ms=graphed, gbs=rate.gbs, tflops=rate.tflops, pct_peak=rate.pct_peak)
+    return records
+
+
+ROUND_REP_MS = 150
+"""do_bench's repetition time in each of the two rounds of `time_balanced`."""
+
+
+def time_balanced(calls: dict[str, Callable[[], object]], graphs: bool) -> dict[str, tuple[float, float | None] | Exception]:
+    """Each call's time in ms (and replayed from a CUDA graph, with `graphs`), or the exception it raised.
+    Every call runs once first (compiling Triton or Inductor), then all are timed in the given order
+    and again in reverse, and each time is the mean of its two medians: a GPU that heats and clocks down over
+    seconds of large products would otherwise favour whichever was timed first (on the H100 torch's linear +
+    gelu_tanh ran at 675 TFLOP/s timed first in a process and 603-618 timed after the tuned kernel)."""
+    results: dict[str, tuple[float, float | None] | Exception] = {}
+    for name, fn in calls.items():
+        try:
+            fn()
+        except Exception as exc:
+            results[name] = exc
+    if gpu.device().type == "cuda":
+        torch.cuda.synchronize()
+    order = [name for name in calls if name not in results]
+    rounds: dict[str, list[float]] = {name: [] for name in order}
+    for names in (order, order[::-1]):
+        for name in names:
+            if name in results:
+                continue
+            try:
+                rounds[name].append(bench.time_ms(calls[name], warmup_ms=25, rep_ms=ROUND_REP_MS))
+            except Exception as exc:
+                results[name] = exc
+    for name in order:
+        if name not in results:
+            try:
+                graphed = bench.graph_ms(calls[name]) if graphs else None
+            except Exception as exc:
+                results[name] = exc
+                continue
+            results[name] = (sum(rounds[name]) / len(rounds[name]), graphed)
+    return results
+
+
+def require_nonzero(spec: KernelSpec, inputs: dict) -> None:
+    """Zeros would flatter a kernel (and a tensor core's power draw): every float input must hold values."""
+    for name, value in inputs.items():
+        if isinstance(value, torch.Tensor) and value.is_floating_point() and value.numel() and not value.any():
+            raise ValueError(f"{spec.name}: input {name!r} is all zeros; benchmarks time random inputs")
+
+
+def rows(report: dict) -> list[dict]:
+    """One row per kernel, dtype and problem: each implementation's ms (and CUDA-graph ms where measured), rate
+    and % of the GPU's peak, and the tuned kernel's speedup over each other one (their time / its time: above 1,
+    tuned is faster)."""
+    table: dict[tuple, dict] = {}
+    for r in report["records"]:
+        # The bucket tells apart problems of one shape (a residual or not, a layout).
+        key = (r["kernel"], r["dtype"], r["shape"], r["bucket"])
+        row = table.setdefault(key, {"kernel": r["kernel"], "dtype": r["dtype"], "shape": r["shape"], "bucket": r["bucket"],
+                                     "config from": None, "unit": UNITS[r["bound"]]})
+        if r["impl"] == "tuned":
+            row["config from"] = r["config_source"] + (f" ({r['tuned_for']})" if r["config_source"] == "nearest" else "")
+        ms = r["median_ms"]
+        row[f"{r['impl']} ms"] = ms
+        if r.get("graph_ms") is not None:
+            row[f"{r['impl']} graph ms"] = r["graph_ms"]
+        rate = None if ms is None else r["gbs"] if r["bound"] == "memory" else r["tflops"]
+        row[f"{r['impl']} rate"] = rate
+        row[f"{r['impl']} % peak"] = r.get("pct_peak")
+    for row in table.values():
+        for timing in ("ms", "graph ms"):
+            tuned = row.get(f"tuned {timing}")
+            for impl in AGAINST:
+                if f"{impl} {timing}" in row:
+                    theirs = row[f"{impl} {timing}"]
+                    row[f"vs {impl}" + (" (graph)" if timing == "graph ms" else "")] = (
+                        theirs / tuned if theirs and tuned else None)
+    return list(table.values())
+
+
+def header(report: dict) -> str:
+    """Where and how a report was measured, in a few lines."""
+    lines = [f"GPU: {report['gpu']} ({report['device_name']}); torch {report['torch']}; triton {report['triton']}; "
+             f"date {report['date']}", f"timings: {report['timing']}"]
+    if report["interpreter"]:
+        lines.append("no roofline peak under the interpreter: rates are of interpreter wall-clock times")
+    else:
+        peaks = ", ".join(f"{d} {t:g}" for d, t in report["peak_tflops"].items())
+        lines.append(f"% peak: of the datasheet peak, {report['peak_bandwidth_gbs'] or 'unknown'} GB/s for memory-bound "
+                     f"kernels, TFLOP/s by dtype ({peaks or 'unknown'}) for compute-bound ones")
+    lines.append("vs X: X's time / tuned time (above 1: tuned is faster); tuned: the public function, launching the "
+                 "config the runtime picks (config from: exact bucket, nearest, or default)")
+    if any(r.get("graph_ms") is not None for r in report["records"]):
+        lines.append("graph ms, vs X (graph): each call replayed from a CUDA graph, the L2 still cleared before each: "
+                     "the GPU's time without the host's, which the plain medians include wherever a call's host path "
+                     "outlasts the clearing")
+    return "\n".join(lines)
+
+
+def text(report: dict) -> str:
+    """The report for people: its header, a table of `rows`, and what was skipped or failed."""
+    return header(report) + "\n\n" + tabulated(rows(report)) + notes(report)
+
+
+def tabulated(table: list[dict]) -> str:
+    """Rows as a GitHub table, without the columns empty in every row (% peak under the interpreter)."""
+    keys = dict.fromkeys(k for row in table for k in row)
+    empty = [k for k in keys if all(row.get(k) is None for row in table)]
+    table = [{k: v for k, v in row.items() if k not in empty} for row in table]
+    return tabulate(table, headers="keys", floatfmt=".4g", tablefmt="github", missingval="") + "\n"
+
+
+def notes(report: dict) -> str:
+    """What the report left out: cases not measured (yet), kernels skipped in a dtype, implementations that raised."""
+    lines = ([f"- partial: {report['partial']} (the rest not measured: the run was cut short, or is still going)"]
+             if report.get("partial") else [])
+    lines += [f"- skipped {s}" for s in report.get("skipped", [])]
+    lines += [f"- {r['kernel']} {r['dtype']} {r['shape']} {r['impl']}: {r['error']}" for r in errors(report)]
+    return "\nNotes:\n" + "\n".join(lines) + "\n" if lines else ""
+
+
+def errors(report: dict) -> list[dict]:
+    """The records of implementations that raised instead of being timed."""
+    return [r for r in report["records"] if r.get("error")]
+
+
+def probe_header(env: dict, *details: str) -> str:
+    """One line saying where a probe ran (`environment()`'s GPU and versions), what it measured, and when."""
+    return "; ".join([f"GPU: {env['gpu']} ({env['device_name']})", f"torch {env['torch']}", f"triton {env['triton']}",
+                      *details, f"date {env['date']}"])
+
+
+def save(prefix: str | pathlib.Path, report: dict, text: str) -> pathlib.Path:
+    """The report as PREFIX.json and its text as PREFIX.md; returns the .json path."""
+    out = pathlib.Path(prefix)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    path = out.with_name(out.name + ".json")
+    path.write_text(json.dumps(report, indent=1, default=str))
+    out.with_name(out.name + ".md").write_text(text)
+    return path
