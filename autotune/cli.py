@@ -15,6 +15,7 @@ from tabulate import tabulate
 
 import autotune
 from autotune import gpu
+from autotune.identity import FAULTS
 from autotune.runtime import registry
 from autotune.spec import DTYPE_NAMES, dtype_from_name, shape_label
 
@@ -175,8 +176,9 @@ def search(kernel, gpu_name, dtypes, shapes, trials, timeout, sampler, db_url, s
     from tqdm import tqdm
 
     from autotune.engine.isolation import shared_workers, use_isolation
+    from autotune.engine.plan import SearchOptions, check_gpu
     from autotune.engine.precompile import CompilePool, default_workers
-    from autotune.engine.search import check_gpu, search as run_search
+    from autotune.engine.search import search as run_search
 
     spec = _spec(kernel)
     warm_start = [_config_option(spec, text, "--warm-start") for text in warm_start]
@@ -196,10 +198,10 @@ def search(kernel, gpu_name, dtypes, shapes, trials, timeout, sampler, db_url, s
         if compile_workers:
             raise click.UsageError("--compile-workers is for a one-process search; not with --storage, --workers or --gpus")
         jobs = [(problem, dtype) for dtype in _dtypes(dtypes, spec) for problem in problems]
-        options = dict(gpu_name=gpu_name, trials=trials, timeout=timeout, sampler=sampler, storage=storage, seed=seed,
-                       examples=examples, final_examples=final_examples, warm_start=warm_start,
-                       **({"heartbeat_s": heartbeat} if heartbeat else {}))
-        _emit([_search_row(spec, r) for r in _search_shared(spec, jobs, db_url, workers, gpus, options)], fmt)
+        options = SearchOptions(gpu_name=gpu_name, trials=trials, timeout=timeout, sampler=sampler, seed=seed,
+                                examples=examples, final_examples=final_examples, warm_start=warm_start,
+                                **({"heartbeat_s": heartbeat} if heartbeat else {}))
+        _emit([_search_row(spec, r) for r in _search_shared(spec, jobs, db_url, storage, workers, gpus, options)], fmt)
         return
     rows = []
     workers = default_workers() if compile_workers is None else compile_workers
@@ -214,7 +216,7 @@ def search(kernel, gpu_name, dtypes, shapes, trials, timeout, sampler, db_url, s
                     def tick(outcome, best_ms):
                         bar.update(1)
                         bar.set_postfix_str(f"best {best_ms:.4g} ms" if best_ms else outcome.outcome)
-                        if outcome.outcome in FAULT_OUTCOMES:
+                        if outcome.outcome in FAULTS:
                             bar.write(_fault_line(label, outcome), file=sys.stderr)
 
                     def final_checked(config, verdict, seconds):
@@ -223,12 +225,12 @@ def search(kernel, gpu_name, dtypes, shapes, trials, timeout, sampler, db_url, s
                         bar.write(f"{label}: final check of {json.dumps(config)}: {outcome} "
                                   f"({verdict.examples} problems, {seconds:.1f} s)", file=sys.stderr)
 
-                    result = run_search(
-                        spec, problem, dtype, gpu_name=gpu_name, trials=trials, timeout=timeout, sampler=sampler,
-                        store=store, storage=storage, seed=seed, examples=examples, final_examples=final_examples,
-                        on_trial=tick, compile_workers=pool, isolate=isolate, trial_timeout=trial_timeout,
-                        warm_start=warm_start, on_final_check=final_checked,
+                    options = SearchOptions(
+                        gpu_name=gpu_name, trials=trials, timeout=timeout, sampler=sampler, seed=seed, examples=examples,
+                        final_examples=final_examples, isolate=isolate, trial_timeout=trial_timeout,
+                        warm_start=warm_start, on_trial=tick, on_final_check=final_checked,
                     )
+                    result = run_search(spec, problem, dtype, options, store=store, storage=storage, compile_workers=pool)
                 phases = ", ".join(f"{k} {v:.1f}" for k, v in result.seconds.items())
                 click.echo(f"{label}: {result.evaluations} evaluated, {result.compiled_ahead} compiled ahead; seconds: {phases}",
                            err=True)
@@ -247,7 +249,7 @@ def _gpu_list(text: str | None) -> list[int] | None:
         raise click.BadParameter(f"expected GPU indices like 0,1, got {text!r}", param_hint="--gpus") from None
 
 
-def _search_shared(spec, jobs, db_url, workers, gpus, options) -> list:
+def _search_shared(spec, jobs, db_url, storage, workers, gpus, options) -> list:
     from tqdm import tqdm
 
     from autotune.engine.distributed import search_parallel
@@ -260,12 +262,13 @@ def _search_shared(spec, jobs, db_url, workers, gpus, options) -> list:
             bar.update(done - bar.n)
 
         try:
-            results = search_parallel(spec, jobs, workers=workers or 1, gpus=gpu_indices, store=store, on_progress=progress, **options)
+            results = search_parallel(spec, jobs, options, workers=workers or 1, gpus=gpu_indices, storage=storage,
+                                      store=store, on_progress=progress)
         except ValueError as exc:
             raise click.ClickException(str(exc)) from None
     for r in results:
         for outcome in r.trials:
-            if outcome.outcome in FAULT_OUTCOMES:
+            if outcome.outcome in FAULTS:
                 click.echo(_fault_line(r.study_name, outcome), err=True)
         click.echo(f"{r.study_name}: {r.evaluations} evaluated in {len(r.trials)} trials; seconds: "
                    + ", ".join(f"{k} {v:.1f}" for k, v in r.seconds.items()), err=True)
@@ -291,9 +294,6 @@ def worker(storage: str, studies: tuple[str, ...], worker_index: int | None) -> 
         click.echo(f"{name}: {count} trial(s) run here")
 
 
-FAULT_OUTCOMES = ("compile_error", "error", "crashed", "timeout")
-"""Trial outcomes that say nothing about the config's speed or correctness: the search prints each with its reason
-(a config that is merely invalid or wrong is counted in the table; its failing problem is stored)."""
 
 
 def _fault_line(label: str, outcome) -> str:
@@ -394,7 +394,7 @@ def bench(kernels, all_kernels, against, gpu_name, dtypes, shapes, plot_path, gr
 @click.option("--format", "fmt", type=FORMATS, default="table", show_default=True)
 def query(kernel: str, gpu_name: str | None, dtype: str | None, db_url: str | None, fmt: str) -> None:
     """Show stored best configs of KERNEL with their evidence."""
-    from autotune.db.query import stored_rows
+    from autotune.runtime.query import stored_rows
 
     spec = _spec(kernel)
     if dtype:

@@ -29,13 +29,10 @@ class Outcome(str, enum.Enum):
     def __str__(self) -> str:
         return self.value
 
-    @property
-    def says_nothing_of_config(self) -> bool:
-        """A fault of the run rather than a verdict on the config's arithmetic (printed as it happens)."""
-        return self in FAULTS
-
 
 FAULTS = frozenset({Outcome.COMPILE_ERROR, Outcome.ERROR, Outcome.CRASHED, Outcome.TIMEOUT})
+"""Outcomes that say nothing about the config's speed or correctness: a search prints each with its reason (a
+config that is merely invalid or wrong is counted in the table; its failing problem is stored)."""
 OUTCOMES = tuple(o.value for o in Outcome)
 """Every outcome's stored name, in the order tables show them."""
 
@@ -59,3 +56,8 @@ class RowKey:
     def study_name(self) -> str:
         """The Optuna study that searches this key (the source hash shortened to 8 characters)."""
         return f"{self.kernel}:{self.source_hash[:8]}:{self.gpu}:{self.dtype}:{self.bucket}"
+
+
+def problem_key(problem: Mapping[str, Any]) -> str:
+    """A problem as one canonical string, as `config_key` writes a config."""
+    return json.dumps(problem, sort_keys=True)

@@ -29,6 +29,7 @@ from tabulate import tabulate
 
 from autotune.db import ConfigStore
 import autotune.kernels.vector_add.add as vector_add
+from autotune.engine.plan import SearchOptions
 from autotune.engine.search import search
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "tests"))
@@ -39,8 +40,7 @@ def run(problem: dict, workers: int, args: argparse.Namespace) -> dict:
     """One isolated search of the fault grid, its trials as stored, and the checks it passes or fails."""
     with tempfile.TemporaryDirectory() as tmp, ConfigStore(str(pathlib.Path(tmp) / "faults.sqlite")) as store:
         started = time.perf_counter()
-        result = search(FAULT_ADD, problem, torch.float32, sampler="grid", isolate=True, trial_timeout=args.trial_timeout,
-                        examples=args.examples, final_examples=args.final_examples, store=store, compile_workers=workers)
+        result = search(FAULT_ADD, problem, torch.float32, SearchOptions(sampler="grid", isolate=True, trial_timeout=args.trial_timeout, examples=args.examples, final_examples=args.final_examples), store=store, compile_workers=workers)
         wall = time.perf_counter() - started
         stored = {json.loads(t.config_json)["mode"]: t for t in store.trials(kernel=FAULT_ADD.name)}
         best = [row.config for row in store.best_rows(kernel=FAULT_ADD.name)]

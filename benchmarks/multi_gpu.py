@@ -28,6 +28,7 @@ from autotune import gpu
 from autotune.db import ConfigStore
 from autotune.engine.distributed import search_parallel
 from autotune.engine.precompile import default_workers
+from autotune.engine.plan import SearchOptions
 from autotune.engine.search import search
 from autotune.spec import dtype_from_name
 
@@ -38,14 +39,12 @@ def run(label: str, spec, jobs, args) -> dict:
         started = time.perf_counter()
         if label == "search":
             results = [
-                search(spec, problem, dtype, trials=args.trials, sampler=args.sampler, store=store, seed=args.seed,
-                       examples=args.examples, compile_workers=default_workers())
+                search(spec, problem, dtype, SearchOptions(trials=args.trials, sampler=args.sampler, seed=args.seed, examples=args.examples), store=store, compile_workers=default_workers())
                 for problem, dtype in jobs
             ]
         else:
             n = int(label.split("=")[1])
-            results = search_parallel(spec, jobs, gpus=list(range(n)), trials=args.trials, sampler=args.sampler,
-                                      store=store, seed=args.seed, examples=args.examples)
+            results = search_parallel(spec, jobs, SearchOptions(trials=args.trials, sampler=args.sampler, seed=args.seed, examples=args.examples), gpus=list(range(n)), store=store)
         seconds = time.perf_counter() - started
     studies = [
         {"bucket": r.bucket, "dtype": r.dtype, "evaluations": r.evaluations, "trials": len(r.trials),

@@ -17,7 +17,7 @@ import time
 
 importlib.import_module("autotune")  # the interpreter choice, before Triton
 from autotune.runtime import registry  # noqa: E402
-from autotune.engine.search import Evaluator  # noqa: E402
+from autotune.engine.evaluate import Evaluator  # noqa: E402
 from autotune.spec import DTYPES  # noqa: E402
 from autotune.gate.verify import default_max_numel  # noqa: E402
 

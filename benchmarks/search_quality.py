@@ -41,7 +41,8 @@ import triton
 from autotune import gpu
 from autotune.measure import bench
 from autotune.engine.precompile import CompilePool
-from autotune.engine.search import COMPILE_ERRORS, Evaluator, make_sampler
+from autotune.engine.evaluate import COMPILE_ERRORS, Evaluator
+from autotune.engine.plan import make_sampler
 from autotune.spec import DTYPE_NAMES, dtype_from_name
 from autotune.gate.verify import check_problem, outputs_like, verify
 
@@ -166,7 +167,7 @@ def run_studies(measurer: Measurer, samplers: list[str], seeds: int, budget: int
     runs = {}
     for name in samplers:
         for seed in range(seeds):
-            study = optuna.create_study(sampler=make_sampler(name, spec, seed), direction="minimize")
+            study = optuna.create_study(sampler=make_sampler(name, seed), direction="minimize")
             study.enqueue_trial(dict(spec.space.default))
             # GP has no constant liar: the asks of one batch would all get its one best proposal.
             runs[(name, seed)] = {"study": study, "seen": [], "times": [], "asked": 0, "batch": 1 if name == "gp" else batch}

@@ -12,11 +12,12 @@ from click.testing import CliRunner
 
 from autotune.cli import main
 from autotune.db import ConfigStore
-from autotune.engine.distributed import conclude_shared
+from autotune.engine.distributed import conclude_shared, create_shared_study
 import autotune.kernels.vector_add.add as vector_add
 from autotune.measure.reverify import reverify_rows
+from autotune.engine.plan import SearchOptions
 from autotune.engine.search import search
-from autotune.engine.studies import create_shared_study, open_storage, plan_of
+from autotune.engine.plan import open_storage, plan_of
 from autotune.gate.verify import check_problem, verify
 from autotune.engine.worker import run_worker
 from stored_rows import store_best
@@ -75,15 +76,13 @@ def test_db_verify_flagged_checks_the_recorded_failure_on_its_seed_so_a_lucky_se
 
 def test_a_search_checks_every_config_on_the_buckets_recorded_failures(user_db, seeds):
     failing, passing = seeds
-    unaware = search(INPUT_BUG_ADD, PROBLEM, torch.float32, trials=2, seed=passing, examples=4, final_examples=8,
-                     warm_start=[WRONG], isolate=False)
+    unaware = search(INPUT_BUG_ADD, PROBLEM, torch.float32, SearchOptions(trials=2, seed=passing, examples=4, final_examples=8, warm_start=[WRONG], isolate=False))
     assert {json.dumps(t.config, sort_keys=True): t.outcome for t in unaware.trials}[json.dumps(WRONG, sort_keys=True)] == "ok"
 
     _flag_wrong_row(user_db, failing)
     recorded_problem, _ = _row(user_db).recorded_failure
     with ConfigStore(str(user_db)) as store:
-        result = search(INPUT_BUG_ADD, PROBLEM, torch.float32, trials=2, store=store, seed=passing, examples=4,
-                        final_examples=8, warm_start=[WRONG], isolate=False)
+        result = search(INPUT_BUG_ADD, PROBLEM, torch.float32, SearchOptions(trials=2, seed=passing, examples=4, final_examples=8, warm_start=[WRONG], isolate=False), store=store)
     wrong = next(t for t in result.trials if t.config == WRONG)
     assert wrong.outcome == "incorrect" and wrong.example == recorded_problem
     assert result.best_config is not None and result.best_config != WRONG
@@ -100,8 +99,7 @@ def test_a_search_does_not_take_back_a_config_flagged_for_its_bucket(user_db):
         store.record_verification(_row(user_db), passed=False, seed=1, examples=0, failure_json=json.dumps(
             {"problem": None, "kind": "untested", "reason": "the config applies to none of the problems drawn"}))
         assert _row(user_db).recorded_failure is None
-        result = search(INPUT_BUG_ADD, PROBLEM, torch.float32, trials=1, store=store, seed=0, examples=2,
-                        final_examples=4, isolate=False)
+        result = search(INPUT_BUG_ADD, PROBLEM, torch.float32, SearchOptions(trials=1, seed=0, examples=2, final_examples=4, isolate=False), store=store)
     assert [t.config for t in result.trials] == [default] and result.trials[0].outcome == "ok"
     assert result.best_config is None
 
@@ -112,8 +110,7 @@ def test_workers_of_a_shared_study_check_the_buckets_recorded_failures_too(user_
     recorded = _row(user_db).recorded_failure
     storage = str(tmp_path / "shared.journal")
     with ConfigStore(str(user_db)) as store:
-        name = create_shared_study(INPUT_BUG_ADD, PROBLEM, torch.float32, storage, trials=2, store=store, seed=passing,
-                                   examples=4, warm_start=[WRONG])
+        name = create_shared_study(INPUT_BUG_ADD, PROBLEM, torch.float32, storage, SearchOptions(trials=2, seed=passing, examples=4, warm_start=[WRONG]), store=store)
         assert plan_of(optuna.load_study(study_name=name, storage=open_storage(storage))).failures() == [recorded]
         run_worker(storage, [name], index=0)
         result = conclude_shared(storage, name, store=store, final_examples=8)

@@ -13,7 +13,9 @@ from autotune.cli import main
 from autotune.db import ConfigStore
 import autotune.kernels.vector_add.add as vector_add
 from autotune.measure.reverify import reverify_rows
-from autotune.engine.search import warm_starts
+from autotune.engine.warm_starts import warm_starts
+from autotune.spec import DTYPE_NAMES
+from autotune.identity import RowKey
 from stored_rows import store_best
 from wrong_kernels import BAD_BLOCK, TAIL_BUG_ADD, tail_bug_add
 
@@ -79,7 +81,7 @@ def test_a_flagged_row_is_no_warm_start_and_its_bucket_falls_back_to_the_default
     assert _launch(10000) == (WRONG, False)
     with ConfigStore(str(user_db)) as store:
         reverify_rows(store, kernels=[TAIL_BUG_ADD], examples=10, seed=2)
-        assert warm_starts(TAIL_BUG_ADD, store, gpu.current_gpu().name, torch.float32, "n=16384") == [
+        assert warm_starts(TAIL_BUG_ADD, store, RowKey(TAIL_BUG_ADD.name, TAIL_BUG_ADD.source_hash, gpu.current_gpu().name, DTYPE_NAMES[torch.float32], "n=16384")) == [
             TAIL_BUG_ADD.space.default]
     assert _launch(10000) == (TAIL_BUG_ADD.space.default, True)  # this process stopped serving it at once
 

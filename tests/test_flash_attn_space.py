@@ -17,8 +17,10 @@ from autotune.kernels.attention import problems as problems_
 from autotune.kernels.attention.flash_attn import SPEC as FORWARD
 from autotune.kernels.attention.flash_attn_backward import SPEC as BACKWARD
 from autotune.search_spaces import flash_attn as space_
-from autotune.engine.search import warm_starts
+from autotune.engine.warm_starts import warm_starts
 from autotune.search_spaces.flash_attn import BACKWARD_SPACE, FORWARD_SPACE, bucket
+from autotune.spec import DTYPE_NAMES
+from autotune.identity import RowKey
 
 problem = problems_.problem
 EXTREMES = [
@@ -182,7 +184,7 @@ def test_searches_start_from_the_tiles_measured_best_for_the_head_dim():
     assert _tiles(FORWARD_SPACE.starts(d64)) == [(64, 128, 4, 2), (128, 64, 4, 3)]
     assert _tiles(FORWARD_SPACE.starts(d128)) == [(128, 64, 4, 2)]
     # Right after the default, before any neighbour's winner.
-    starts = warm_starts(FORWARD, None, "H100", torch.bfloat16, bucket(d64), d64)
+    starts = warm_starts(FORWARD, None, RowKey(FORWARD.name, FORWARD.source_hash, "H100", DTYPE_NAMES[torch.bfloat16], bucket(d64)), d64)
     assert starts[:3] == [FORWARD_SPACE.default, *FORWARD_SPACE.starts(d64)]
     # None where they cannot run or were not measured: a decode step (one query row), float32, head dim 256.
     decode = FORWARD.problem_for(problems_.parse_shape("16x16x1:4096x128"), torch.bfloat16)

@@ -15,6 +15,7 @@ from autotune.engine import isolation
 from autotune.cli import main
 from autotune.db import ConfigStore
 import autotune.kernels.vector_add.add as vector_add
+from autotune.engine.plan import SearchOptions
 from autotune.engine.search import search
 from fault_kernels import EXPECTED, FAULT_ADD, HANG_CRASH_ADD, MODES, ON_GPU
 
@@ -35,9 +36,9 @@ def _evaluation_workers():
     return [p for p in multiprocessing.active_children() if p.name == isolation.WORKER_NAME]
 
 
-def _search_faults(store=None, **kwargs):
-    return search(FAULT_ADD, PROBLEM, torch.float32, sampler="grid", examples=3, final_examples=5, store=store,
-                  trial_timeout=TRIAL_TIMEOUT, **kwargs)
+def _search_faults(store=None, compile_workers=0, **options):
+    return search(FAULT_ADD, PROBLEM, torch.float32, SearchOptions(sampler="grid", examples=3, final_examples=5,
+                  trial_timeout=TRIAL_TIMEOUT, **options), store=store, compile_workers=compile_workers)
 
 
 def _assert_every_fault_recorded(trials):
@@ -74,8 +75,7 @@ def test_isolated_search_records_each_fault_with_its_reason_and_stores_the_faste
 
 def test_studies_in_shared_workers_hand_their_worker_on_and_none_outlives_the_block(monkeypatch):
     def study(shape):
-        result = search(vector_add.SPEC, vector_add.parse_shape(shape), torch.float32, trials=1, examples=2,
-                        final_examples=2, trial_timeout=TRIAL_TIMEOUT)
+        result = search(vector_add.SPEC, vector_add.parse_shape(shape), torch.float32, SearchOptions(trials=1, examples=2, final_examples=2, trial_timeout=TRIAL_TIMEOUT))
         assert result.best_config is not None and result.seconds["worker_start"] > 0
         return [p.pid for p in _evaluation_workers()]
 
@@ -122,7 +122,7 @@ def test_isolation_is_on_by_default_only_where_it_protects_something():
 )
 def test_bad_isolation_arguments_are_refused_before_any_worker_starts(kwargs, error, message):
     with pytest.raises(error, match=message):
-        search(HANG_CRASH_ADD, PROBLEM, torch.float32, trials=1, **kwargs)
+        search(HANG_CRASH_ADD, PROBLEM, torch.float32, SearchOptions(trials=1, **kwargs))
     assert _evaluation_workers() == []
 
 
@@ -131,7 +131,7 @@ def test_a_kernel_no_worker_can_load_is_refused_when_isolation_is_asked_for():
     assert isolation.worker_name(unloadable) is None
     for asked in ({"isolate": True}, {"trial_timeout": 10}):
         with pytest.raises(ValueError, match="cannot be loaded by a worker process"):
-            search(unloadable, PROBLEM, torch.float32, trials=1, **asked)
+            search(unloadable, PROBLEM, torch.float32, SearchOptions(trials=1, **asked))
 
 
 def test_a_worker_reports_the_same_gpu_as_this_process():

@@ -16,6 +16,7 @@ from hypothesis import given, settings
 from autotune.kernels.gemm import problems as problems_
 from autotune.kernels.gemm.matmul import LINEAR, MATMUL
 from autotune.kernels.gemm.mlp import MLP
+from autotune.engine.plan import SearchOptions
 from autotune.engine.search import search
 from autotune.search_spaces import matmul as space_
 from autotune.search_spaces import mlp as mlp_space
@@ -194,7 +195,7 @@ def test_search_carries_the_dtype_to_the_constraints_and_stores_a_verified_row(u
 
     prob = MATMUL.parse_shape("40x50x30")
     with ConfigStore(str(user_db)) as store:
-        result = search(MATMUL, prob, torch.float16, trials=3, store=store, examples=2, final_examples=2)
+        result = search(MATMUL, prob, torch.float16, SearchOptions(trials=3, examples=2, final_examples=2), store=store)
         rows = store.best_rows(kernel="matmul")
     assert result.problem["dtype"] == "fp16" and result.stored and rows[0].bucket == "m=64,n=32,k=64,b=1"
     assert all(t.config["BLOCK_K"] >= 32 for t in result.trials if t.outcome == "ok")  # fp16's BLOCK_K range

@@ -12,14 +12,15 @@ from autotune import db
 from autotune.db import SCHEMA_VERSION, ConfigStore
 from autotune.db.store import TIMINGS
 import autotune.kernels.vector_add.add as vector_add
-from autotune.db.query import stored_rows
-from autotune.engine.search import TrialOutcome, outcome_of, record_outcome, search
+from autotune.runtime.query import stored_rows
+from autotune.engine.outcome import TrialOutcome, outcome_of, record_outcome
+from autotune.engine.plan import SearchOptions
+from autotune.engine.search import search
 
 
 def test_a_search_under_the_interpreter_stores_and_shows_wall_clock_timing(user_db):
     with ConfigStore(str(user_db)) as store:
-        result = search(vector_add.SPEC, vector_add.parse_shape("5000"), torch.float32, trials=3, store=store,
-                        examples=3, final_examples=3)
+        result = search(vector_add.SPEC, vector_add.parse_shape("5000"), torch.float32, SearchOptions(trials=3, examples=3, final_examples=3), store=store)
         [row] = store.best_rows(kernel="vector_add")
     assert result.best_timing == row.timing == "wall"
     assert all(t.timing == "wall" for t in result.trials if t.outcome == "ok")
@@ -71,7 +72,6 @@ def test_every_shipped_row_says_how_it_was_timed():
 @pytest.mark.gpu
 def test_a_search_on_the_gpu_stores_graph_timing(user_db):
     with ConfigStore(str(user_db)) as store:
-        search(vector_add.SPEC, vector_add.parse_shape("1048576"), torch.float32, trials=2, store=store,
-               examples=3, final_examples=3)
+        search(vector_add.SPEC, vector_add.parse_shape("1048576"), torch.float32, SearchOptions(trials=2, examples=3, final_examples=3), store=store)
         [row] = store.best_rows(kernel="vector_add")
     assert row.timing == "graph"

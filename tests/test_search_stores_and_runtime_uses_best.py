@@ -9,7 +9,9 @@ from autotune import gpu, runtime
 from autotune.db import BestRow, ConfigStore
 from autotune.kernels import add
 import autotune.kernels.vector_add.add as vector_add
-from autotune.engine.search import Evaluator, search
+from autotune.engine.evaluate import Evaluator
+from autotune.engine.plan import SearchOptions
+from autotune.engine.search import search
 from autotune.space import Param, SearchSpace
 from autotune.gate.verify import draw_problems, verify
 from wrong_kernels import STATIC_FAIL_ADD, TAIL_BUG_ADD
@@ -19,7 +21,7 @@ PROBLEM = vector_add.parse_shape("5000")
 
 def test_search_finishes_and_stores_the_best_verified_row(user_db):
     with ConfigStore(str(user_db)) as store:
-        result = search(vector_add.SPEC, PROBLEM, torch.float32, trials=8, store=store, examples=5, final_examples=10)
+        result = search(vector_add.SPEC, PROBLEM, torch.float32, SearchOptions(trials=8, examples=5, final_examples=10), store=store)
         rows = store.best_rows(kernel="vector_add")
         trials = store.trials(kernel="vector_add")
     assert result.stored and result.best_config is not None
@@ -43,7 +45,7 @@ def _small_space(spec, blocks):
 def test_wrong_configs_are_recorded_as_incorrect_with_their_example_and_never_win(user_db):
     spec = _small_space(TAIL_BUG_ADD, (1024, 2048, 4096))
     with ConfigStore(str(user_db)) as store:
-        result = search(spec, PROBLEM, torch.float32, trials=10, sampler="grid", store=store, examples=10, final_examples=10)
+        result = search(spec, PROBLEM, torch.float32, SearchOptions(trials=10, sampler="grid", examples=10, final_examples=10), store=store)
         stored_trials = store.trials(kernel="tail_bug_add")
     by_block = {t.config["BLOCK_SIZE"]: t for t in result.trials}
     assert by_block[1024].outcome == "ok"
@@ -57,7 +59,7 @@ def test_wrong_configs_are_recorded_as_incorrect_with_their_example_and_never_wi
 
 def test_configs_that_fail_to_build_are_recorded_and_the_search_goes_on(user_db):
     spec = _small_space(STATIC_FAIL_ADD, (512, 256, 1024))
-    result = search(spec, PROBLEM, torch.float32, trials=10, sampler="grid", examples=3, final_examples=3)
+    result = search(spec, PROBLEM, torch.float32, SearchOptions(trials=10, sampler="grid", examples=3, final_examples=3))
     failed = [t for t in result.trials if t.config["BLOCK_SIZE"] == 256]
     assert failed and all(t.outcome in ("compile_error", "error") for t in failed)
     assert "BLOCK_SIZE=256" in failed[0].reason
@@ -67,7 +69,7 @@ def test_configs_that_fail_to_build_are_recorded_and_the_search_goes_on(user_db)
 
 def test_search_refuses_to_measure_another_gpu():
     with pytest.raises(gpu.GPUMismatchError, match="H100"):
-        search(vector_add.SPEC, PROBLEM, torch.float32, gpu_name="H100", trials=1)
+        search(vector_add.SPEC, PROBLEM, torch.float32, SearchOptions(gpu_name="H100", trials=1))
 
 
 def _store_row(path, bucket="n=8192", config=None, source_hash=None, time_ms=1.0, dtype="fp32"):
@@ -153,8 +155,7 @@ def test_add_handles_any_rank_noncontiguous_and_empty():
 
 def test_compiling_ahead_in_worker_processes_keeps_the_budget_every_trial_and_every_verdict(user_db):
     with ConfigStore(str(user_db)) as store:
-        result = search(TAIL_BUG_ADD, PROBLEM, torch.float32, trials=8, store=store, examples=5, final_examples=5,
-                        compile_workers=2)
+        result = search(TAIL_BUG_ADD, PROBLEM, torch.float32, SearchOptions(trials=8, examples=5, final_examples=5), store=store, compile_workers=2)
         stored = store.trials(kernel="tail_bug_add")
     assert result.evaluations == 8 and result.compiled_ahead >= 1
     assert sorted(t.number for t in result.trials) == list(range(len(result.trials)))  # each trial once, none lost

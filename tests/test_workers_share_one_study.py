@@ -22,9 +22,10 @@ from click.testing import CliRunner
 from autotune import gpu
 from autotune.cli import main
 from autotune.db import ConfigStore
-from autotune.engine.distributed import conclude_shared, search_parallel
+from autotune.engine.distributed import conclude_shared, create_shared_study, search_parallel
+from autotune.engine.outcome import evaluated
 import autotune.kernels.vector_add.add as vector_add
-from autotune.engine.studies import GRACE_HEARTBEATS, create_shared_study, evaluated, open_storage
+from autotune.engine.plan import GRACE_HEARTBEATS, SearchOptions, open_storage
 from worker_kernels import GATHER_ADD, GATHER_ENV, HANG_ADD, HANG_ENV
 
 PROBLEM = vector_add.parse_shape("5000")
@@ -67,7 +68,7 @@ def assert_each_trial_once_and_finished(trials: list[optuna.trial.FrozenTrial]) 
 
 
 def test_three_workers_on_one_postgres_study_lose_no_trial_and_store_one_best(postgres_url, tmp_path):
-    name = create_shared_study(GATHER_ADD, PROBLEM, torch.float32, postgres_url, trials=6, examples=3)
+    name = create_shared_study(GATHER_ADD, PROBLEM, torch.float32, postgres_url, SearchOptions(trials=6, examples=3))
     (tmp_path / "gather").mkdir()
     workers = [start_worker(postgres_url, name, i, **{GATHER_ENV: f"{tmp_path / 'gather'}:3"}) for i in range(3)]
     for w in workers:
@@ -93,7 +94,7 @@ def test_three_workers_on_one_postgres_study_lose_no_trial_and_store_one_best(po
 def test_a_worker_killed_mid_trial_is_retried_by_the_others(postgres_url, tmp_path):
     # A 2 s heartbeat: the killed worker's trial is stale 6 s after its last beat (a live one, even on a
     # loaded machine, never is).
-    name = create_shared_study(HANG_ADD, PROBLEM, torch.float32, postgres_url, sampler="grid", examples=3, heartbeat_s=HEARTBEAT)
+    name = create_shared_study(HANG_ADD, PROBLEM, torch.float32, postgres_url, SearchOptions(sampler="grid", examples=3, heartbeat_s=HEARTBEAT))
     hang = tmp_path / "hung"
     victim = start_worker(postgres_url, name, 0, **{HANG_ENV: str(hang)})
     assert wait_for_pid(hang) == victim.pid
@@ -125,8 +126,7 @@ def test_a_local_worker_killed_mid_trial_is_restarted_and_its_trial_retried(tmp_
     killer.start()
     storage = str(tmp_path / "studies.journal")
     with ConfigStore(str(tmp_path / "autotune.sqlite")) as store:
-        [result] = search_parallel(HANG_ADD, [(PROBLEM, torch.float32)], workers=2, storage=storage, sampler="grid",
-                                   store=store, examples=3, final_examples=5)
+        [result] = search_parallel(HANG_ADD, [(PROBLEM, torch.float32)], SearchOptions(sampler="grid", examples=3, final_examples=5), workers=2, storage=storage, store=store)
         rows = store.best_rows(kernel="hang_add")
     killer.join()
 
@@ -173,15 +173,15 @@ def test_bad_parallel_requests_fail_before_any_process_starts(tmp_path):
     run = CliRunner().invoke(main, ["worker", "--storage", str(tmp_path / "empty.journal")])
     assert run.exit_code != 0 and "no autotune study" in run.output and "Traceback" not in run.output
     storage = str(tmp_path / "s.journal")
-    name = create_shared_study(vector_add.SPEC, PROBLEM, torch.float32, storage, trials=2)
+    name = create_shared_study(vector_add.SPEC, PROBLEM, torch.float32, storage, SearchOptions(trials=2))
     with pytest.raises(ValueError, match="use another storage"):
-        create_shared_study(vector_add.SPEC, PROBLEM, torch.float32, storage, trials=2, examples=7)
+        create_shared_study(vector_add.SPEC, PROBLEM, torch.float32, storage, SearchOptions(trials=2, examples=7))
     assert evaluated(optuna.load_study(study_name=name, storage=open_storage(storage))) == 0
 
 
 def test_a_shared_study_queues_the_same_first_trials_as_a_one_process_search(tmp_path):
     storage, given = str(tmp_path / "w.journal"), {"BLOCK_SIZE": 256, "num_warps": 2, "num_stages": 1}
-    name = create_shared_study(vector_add.SPEC, PROBLEM, torch.float32, storage, trials=3, warm_start=[given])
+    name = create_shared_study(vector_add.SPEC, PROBLEM, torch.float32, storage, SearchOptions(trials=3, warm_start=[given]))
     study = optuna.load_study(study_name=name, storage=open_storage(storage))
     queued = [t.params or t.system_attrs["fixed_params"] for t in study.get_trials(states=(optuna.trial.TrialState.WAITING,))]
     assert queued == [vector_add.SPACE.default, given]

@@ -20,9 +20,8 @@ from sqlalchemy.orm import Session
 
 from autotune.db import migrations
 from autotune.db.models import SCHEMA_VERSION, Base, BestConfig, SchemaInfo, TrialRecord
+from autotune.identity import OUTCOMES
 
-OUTCOMES = ("ok", "invalid", "compile_error", "incorrect", "error", "crashed", "timeout")
-"""What can happen to a trial."""
 TIMINGS = ("graph", "do_bench", "wall")
 """How a row's time_ms was taken (`bench.kernel_time`): do_bench of the call's CUDA-graph replay, the GPU's time
 alone; do_bench of the call itself, host time included wherever it outlasts the L2 clear (a call that cannot be
@@ -438,9 +437,10 @@ class ConfigStore:
         gpu: str | None = None,
         dtype: str | None = None,
         source_hash: str | None = None,
+        bucket: str | None = None,
     ) -> list[BestRow]:
         """Best rows matching every given filter, ordered by kernel, gpu, dtype, bucket."""
-        wanted = {"kernel": kernel, "gpu": gpu, "dtype": dtype, "source_hash": source_hash}
+        wanted = {"kernel": kernel, "gpu": gpu, "dtype": dtype, "source_hash": source_hash, "bucket": bucket}
         query = (
             select(*(getattr(BestConfig, f) for f in self._fields))
             .filter_by(**{k: v for k, v in wanted.items() if v is not None})

@@ -4,7 +4,6 @@ re-verified and stored exactly as a one-process search does."""
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import subprocess
@@ -14,27 +13,22 @@ import time
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import optuna
 import torch
 
 from autotune import gpu
 from autotune.db import ConfigStore
-from autotune.engine.search import Evaluator, SearchResult, check_gpu, conclude, outcome_of
+from autotune.engine.evaluate import Evaluator
+from autotune.engine.outcome import evaluated
+from autotune.engine.plan import (MAX_RETRIES, SearchOptions, budget_spent, check_gpu, check_request, create_study,
+                                  open_storage, plan_of)
+from autotune.engine.precompile import importable_name
+from autotune.engine.result import SearchResult, conclude_study
+from autotune.engine.study import WORKER_ATTR
+from autotune.engine.worker import worker_id
 from autotune.space import Problem
 from autotune.spec import KernelSpec
-from autotune.engine.studies import (
-    FINISHED,
-    MAX_RETRIES,
-    budget_spent,
-    create_shared_study,
-    evaluated,
-    finished_outcomes,
-    open_storage,
-    plan_of,
-)
-from autotune.engine.worker import WORKER_ATTR, worker_id
 
 log = logging.getLogger(__name__)
 POLL_S = 0.5
@@ -69,29 +63,38 @@ def worker_devices(workers: int = 0, gpus: Sequence[int] | None = None) -> list[
 def search_parallel(
     spec: KernelSpec,
     jobs: Sequence[tuple[Problem, torch.dtype]],
+    options: SearchOptions = SearchOptions(),
     *,
     workers: int = 1,
     gpus: Sequence[int] | None = None,
     storage: str | None = None,
     store: ConfigStore | None = None,
-    final_examples: int = 100,
     on_progress: Callable[[int, int], None] | None = None,
-    **study: Any,
 ) -> list[SearchResult]:
     """Search each (problem, dtype) of jobs with local worker processes on shared studies in `storage`
     (default: a journal file in a temporary directory); workers on other hosts may join the same studies
-    (`autotune worker`). Returns one result per job, like `search`'s.
-
-    Args:
-        study: trials, sampler, seed, examples, timeout, ... as `create_shared_study` takes them."""
+    (`autotune worker`). Returns one result per job, like `search`'s."""
     devices = worker_devices(workers, gpus)
     with tempfile.TemporaryDirectory(prefix="autotune-") as tmp:
         url = storage or os.path.join(tmp, "studies.journal")
-        names = [create_shared_study(spec, problem, dtype, url, store=store, **study) for problem, dtype in jobs]
+        names = [create_shared_study(spec, problem, dtype, url, options, store=store) for problem, dtype in jobs]
         started = time.perf_counter()
         _Supervisor(url, names, devices, on_progress).run()
         seconds = time.perf_counter() - started
-        return [conclude_shared(url, name, store=store, final_examples=final_examples, seconds=seconds) for name in names]
+        return [conclude_shared(url, name, store=store, final_examples=options.final_examples, seconds=seconds)
+                for name in names]
+
+
+def create_shared_study(spec: KernelSpec, problem: Problem, dtype: torch.dtype, storage: str,
+                        options: SearchOptions = SearchOptions(), *, store: ConfigStore | None = None) -> str:
+    """Create (or extend, with options.trials more evaluations) the study of problem in storage, for worker
+    processes to run; returns its name, all a worker needs besides the storage."""
+    if importable_name(spec) is None:
+        raise ValueError(f"kernel {spec.name!r} cannot be imported by a worker process: define it in a module")
+    problem = spec.problem_for(problem, dtype)
+    info = check_request(spec, problem, dtype, options.gpu_name)
+    study, _ = create_study(spec, problem, dtype, info, options, storage, store)
+    return study.study_name
 
 
 def conclude_shared(
@@ -101,25 +104,11 @@ def conclude_shared(
     the best re-verified here with more examples and stored with every finished trial."""
     study = optuna.load_study(study_name=name, storage=open_storage(storage))
     plan = plan_of(study)
-    spec, dtype = plan.spec(), plan.torch_dtype
     info = check_gpu(plan.gpu)
-    evaluator = Evaluator(spec, plan.problem, dtype, examples=plan.examples, seed=plan.seed, max_numel=plan.max_numel,
-                          known_failures=plan.failures())
-    known = finished_outcomes(study)
-    trials = [outcome_of(t) for t in study.get_trials(deepcopy=False, states=FINISHED)]
-    result = SearchResult(
-        kernel=spec.name, gpu=plan.gpu, dtype=plan.dtype, bucket=spec.bucket(plan.problem), problem=plan.problem,
-        best_config=None, best_ms=None, default_ms=None, baseline_ms=evaluator.baseline_ms(), examples_verified=0,
-        rate=None, trials=[t for t in trials if t is not None], evaluations=evaluated(study), study_name=name,
-        seconds={"search": seconds},
-    )
-    default = known.get(json.dumps(spec.space.default, sort_keys=True))
-    result.default_ms = (default[0] if default else evaluator(dict(spec.space.default))).time_ms
-    return conclude(
-        result, spec, dtype, info, examples_passed={k: n for k, (_, n) in known.items()}, seed=plan.seed,
-        final_examples=final_examples, max_numel=plan.max_numel, store=store,
-        reverify=lambda config: evaluator.reverify(config, examples=final_examples, seed=plan.seed + 1),
-    )
+    evaluator = Evaluator(plan.spec(), plan.problem, plan.torch_dtype, examples=plan.examples, seed=plan.seed,
+                          max_numel=plan.max_numel, known_failures=plan.failures())
+    evaluator.seconds["search"] = seconds
+    return conclude_study(study, plan, evaluator, info, store=store, final_examples=final_examples)
 
 
 @dataclass

@@ -18,7 +18,6 @@ from __future__ import annotations
 import concurrent.futures
 import contextlib
 import functools
-import json
 import math
 import multiprocessing
 import os
@@ -35,10 +34,12 @@ import torch
 from autotune import gpu
 from autotune.runtime import registry
 from autotune.engine.precompile import START_TIMEOUT_S, importable_name
-from autotune.engine.search import Evaluator, TrialOutcome
+from autotune.engine.evaluate import Evaluator
+from autotune.engine.outcome import TrialOutcome
 from autotune.space import Config, Problem
 from autotune.spec import DTYPE_NAMES, KernelSpec, dtype_from_name
 from autotune.gate.verify import Failure, KnownFailure, VerifyResult
+from autotune.identity import Outcome, config_key
 
 DEFAULT_TRIAL_TIMEOUT_S = 300.0
 """Per-config limit on compiling (unless compiled ahead), verifying and timing it. Generous: a config
@@ -194,10 +195,10 @@ class IsolatedEvaluator(Evaluator):
     def _verify_and_time(self, config: Config, number: int, started: float) -> TrialOutcome:
         status, value = self._call("evaluate", config, number, self.timing, limit=self.trial_timeout)
         if status != "ok":
-            return TrialOutcome(number, config, "error" if status == "failed" else status, value)
+            return TrialOutcome(number, config, Outcome.ERROR if status == "failed" else Outcome(status), value)
         outcome, examples_passed, problems_run, seconds = value
         if examples_passed is not None:
-            self.examples_passed[json.dumps(config, sort_keys=True)] = examples_passed
+            self.examples_passed[config_key(config)] = examples_passed
         if not self._drawn:
             self._drawn = problems_run[1 + len(self.edges):]
         for phase, spent in seconds.items():
@@ -344,7 +345,7 @@ def _evaluate(evaluator: Evaluator, config: Config, number: int, timing: dict) -
     evaluator.timing = timing
     before = evaluator.seconds.get("time", 0.0)
     outcome = evaluator(config, number)
-    passed = evaluator.examples_passed.get(json.dumps(config, sort_keys=True))
+    passed = evaluator.examples_passed.get(config_key(config))
     return outcome, passed, evaluator.problems_run, {"time": evaluator.seconds.get("time", 0.0) - before}
 
 

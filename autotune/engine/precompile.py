@@ -24,6 +24,7 @@ import torch
 from autotune.space import Config, Problem
 from autotune.spec import DTYPE_NAMES, KernelSpec
 from autotune.gate.verify import draw_problems, tensor_bytes
+from autotune.identity import config_key, problem_key
 
 COMPILE_TIMEOUT_S = 300.0
 """A batch waits this long at most (by default); a config still compiling then is compiled when used."""
@@ -92,7 +93,7 @@ class CompilePool:
                 problems = list(problems)
                 pieces = max(1, min(len(problems), -(-self.workers // max(1, len(work)))))
                 chunks = [json.dumps(problems[i::pieces], sort_keys=True) for i in range(pieces)]
-                futures.append([self._pool.submit(_compile, name, chunk, DTYPE_NAMES[dtype], json.dumps(config, sort_keys=True))
+                futures.append([self._pool.submit(_compile, name, chunk, DTYPE_NAMES[dtype], config_key(config))
                                 for chunk in chunks])
         except BrokenProcessPool:  # a worker died as the pool started: nothing built this time
             self._restart()
@@ -164,7 +165,7 @@ def _compile(name: str, problems_json: str, dtype_name: str, config_json: str) -
         for problem in json.loads(problems_json):
             if spec.space.rejects(config, problem):
                 continue
-            key = (name, json.dumps(problem, sort_keys=True), dtype_name)
+            key = (name, problem_key(problem), dtype_name)
             if key in _inputs:
                 inputs, out = _inputs[key]
             else:

@@ -3,8 +3,6 @@ Any number of workers, on any hosts with the study's GPU, run one study together
 
 from __future__ import annotations
 
-import dataclasses
-import json
 import os
 import socket
 import warnings
@@ -12,10 +10,10 @@ from collections.abc import Callable, Sequence
 
 import optuna
 
-from autotune.engine.search import Evaluator, TrialOutcome, check_gpu, make_sampler, record_outcome
-from autotune.engine.studies import budget_spent, finished_outcomes, open_storage, plan_of, shared_studies
-
-WORKER_ATTR = "worker"
+from autotune.engine.evaluate import Evaluator
+from autotune.engine.outcome import TrialOutcome
+from autotune.engine.plan import check_gpu, make_sampler, open_storage, plan_of, shared_studies
+from autotune.engine.study import run_trials
 
 
 def worker_id(pid: int | None = None) -> str:
@@ -50,40 +48,13 @@ def _run_study(storage: str, name: str, index: int, on_trial: Callable[[str, Tri
     # Every worker draws the same Hypothesis problems (the plan's seed), but proposes its own configs.
     study = optuna.load_study(
         study_name=name, storage=open_storage(storage, heartbeat_s=plan.heartbeat_s),
-        sampler=make_sampler(plan.sampler, spec, plan.seed + 1 + index),
+        sampler=make_sampler(plan.sampler, plan.seed + 1 + index),
     )
-    if budget_spent(study, plan):
-        return 0
-    evaluator = Evaluator(spec, plan.problem, plan.torch_dtype, examples=plan.examples, seed=plan.seed, max_numel=plan.max_numel,
-                          known_failures=plan.failures())
-    me, ran = worker_id(), []
-
-    def objective(trial: optuna.Trial) -> float:
-        trial.set_user_attr(WORKER_ATTR, me)  # first: a supervisor finds a dead worker's trial by it
-        config = spec.space.suggest(trial, plan.problem)
-        key = json.dumps(config, sort_keys=True)
-        known = finished_outcomes(study).get(key)  # evaluated by some worker already: nothing to measure
-        if known is not None:
-            outcome, examples = dataclasses.replace(known[0], number=trial.number), known[1]
-        else:
-            outcome = evaluator(config, trial.number)
-            examples = evaluator.examples_passed.get(key, 0)
-        record_outcome(trial, outcome)
-        trial.set_user_attr("examples", examples)
-        ran.append(trial.number)
-        if on_trial:
-            on_trial(name, outcome)
-        if outcome.outcome != "ok":
-            raise optuna.TrialPruned(outcome.reason)
-        return outcome.time_ms
-
-    def stop_when_spent(study: optuna.Study, _trial: optuna.trial.FrozenTrial) -> None:
-        if budget_spent(study, plan):
-            study.stop()
-
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
-    study.optimize(objective, n_trials=plan.max_trials, timeout=plan.timeout, callbacks=[stop_when_spent], catch=())
+    evaluator = Evaluator(spec, plan.problem, plan.torch_dtype, examples=plan.examples, seed=plan.seed,
+                          max_numel=plan.max_numel, known_failures=plan.failures())
+    ran = run_trials(study, plan, evaluator, worker=worker_id(),
+                     on_trial=None if on_trial is None else lambda outcome, _best: on_trial(name, outcome))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
         optuna.storages.fail_stale_trials(study)  # a dead worker's trial noticed only now still gets its retry queued
-    return len(ran)
+    return ran

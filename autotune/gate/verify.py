@@ -11,7 +11,6 @@ below the size of its terms, its rounding error is judged against that size, not
 from __future__ import annotations
 
 import contextlib
-import json
 import math
 import random
 import time
@@ -28,6 +27,7 @@ from autotune import gpu
 from autotune.gate.repeatable_draws import without_local_constants
 from autotune.space import Config, Problem
 from autotune.spec import DTYPE_NAMES, KernelSpec
+from autotune.identity import problem_key
 
 FACTOR = 4.0
 """How many times PyTorch's own same-dtype error a candidate may have."""
@@ -55,7 +55,7 @@ class Failure:
     seed: int | None = None  # of the inputs it failed on
 
     def describe(self) -> str:
-        where = json.dumps(self.problem, sort_keys=True)
+        where = problem_key(self.problem)
         return f"{self.kind} on {where}: {self.reason}"
 
 
@@ -181,7 +181,7 @@ def _describe_outputs(outputs: object) -> str:
 def check_references(spec: KernelSpec, problem: Problem, base: object, ref: object) -> None:
     """Raise InvalidOutputs unless `base` (spec.baseline's) and `ref` (spec.reference's) are each a tensor
     or a tuple of tensors, alike in count and shapes: what the gate poisons, compares and budgets by."""
-    where = json.dumps(problem, sort_keys=True)
+    where = problem_key(problem)
     shapes = {}
     for role, outputs in (("baseline", base), ("reference", ref)):
         shapes[role] = _output_shapes(outputs)
@@ -224,7 +224,7 @@ class ReferenceCache:
         return len(self._items)
 
     def _item(self, spec: KernelSpec, problem: Problem, dtype: torch.dtype, seed: int):
-        key = (spec.name, json.dumps(problem, sort_keys=True), dtype, seed)
+        key = (spec.name, problem_key(problem), dtype, seed)
         item = self._items.get(key)
         if item is None:
             inputs = spec.make_inputs(problem, dtype, gpu.device(), seed)
@@ -304,7 +304,7 @@ class _Checks:
         return True
 
     def check(self, problem: Problem) -> Failure | None:
-        key = json.dumps(problem, sort_keys=True)
+        key = problem_key(problem)
         self.problems[key] = problem
         failure = self._outcome(problem)
         self.failed[key] = failure is not None
@@ -319,7 +319,7 @@ class _Checks:
         problem = self.spec.problem_for(problem, self.dtype)
         if not self.applies(problem):
             reject()
-        key = json.dumps(problem, sort_keys=True)
+        key = problem_key(problem)
         self.drawn.add(key)
         self.draws += 1
         if key not in self.failed:
@@ -404,7 +404,7 @@ def verify(
     for problem, problem_seed in known_failures:
         problem = spec.problem_for(problem, dtype)
         if checks.applies(problem):
-            checks.problems[json.dumps(problem, sort_keys=True)] = problem
+            checks.problems[problem_key(problem)] = problem
             if failure := check_problem(spec, config, problem, dtype, seed=problem_seed, cache=checks.cache):
                 return result(failure)
 

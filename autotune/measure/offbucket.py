@@ -15,6 +15,7 @@ from autotune.db import ConfigStore
 from autotune.engine.isolation import shared_workers
 from autotune.engine.precompile import CompilePool
 from autotune.measure.report import require_nonzero
+from autotune.engine.plan import SearchOptions
 from autotune.engine.search import search
 from autotune.space import Config, Problem
 from autotune.spec import DTYPE_NAMES, KernelSpec, shape_label
@@ -96,9 +97,7 @@ def measure_off_bucket(
     with shared_workers():  # where searches are isolated, one evaluation worker serves them all
         for problem, (choice, tuned_on) in zip((spec.problem_for(p, dtype) for p in problems), choices):
             started = time.perf_counter()
-            result = search(spec, problem, dtype, trials=trials, timeout=timeout, seed=seed, examples=examples,
-                            final_examples=final_examples, compile_workers=compile_workers,
-                            warm_start=[choice.config])
+            result = search(spec, problem, dtype, SearchOptions(trials=trials, timeout=timeout, seed=seed, examples=examples, final_examples=final_examples, warm_start=[choice.config]), compile_workers=compile_workers)
             record = {
                 "kernel": spec.name, "dtype": DTYPE_NAMES[dtype], "shape": shape_label(problem), "problem": problem,
                 "bucket": spec.bucket(problem), "source": choice.source, "tuned_for": choice.bucket,

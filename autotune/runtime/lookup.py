@@ -5,7 +5,6 @@ rows that failed re-verification (`autotune db verify`) are never served."""
 from __future__ import annotations
 
 import contextlib
-import os
 import warnings
 from collections.abc import Callable, Hashable, Iterator
 from dataclasses import dataclass
@@ -14,6 +13,7 @@ from typing import Any
 import torch
 
 from autotune import gpu
+from autotune.runtime.databases import read_rows
 from autotune.space import Config, InvalidConfig, Problem
 from autotune.spec import DTYPE_NAMES, KernelSpec
 
@@ -59,20 +59,6 @@ def record_launches() -> Iterator[list[tuple[str, Config]]]:
 def note_launch(kernel: str, config: Config) -> None:
     if _launch_log is not None:
         _launch_log.append((kernel, dict(config)))
-
-
-def database_urls() -> list[tuple[str, bool]]:
-    """(url, readonly) of the databases the runtime reads, most preferred first; only existing files."""
-    from autotune import db
-
-    urls: list[tuple[str, bool]] = []
-    user = db.default_url()
-    if not user.startswith("sqlite:///") or os.path.exists(user.removeprefix("sqlite:///")):
-        urls.append((user, False))
-    shipped = db.shipped_path()
-    if shipped.exists():
-        urls.append((db.as_url(str(shipped)), True))
-    return urls
 
 
 class TunedConfigs:
@@ -135,19 +121,14 @@ class TunedConfigs:
         self._stored.clear()
 
     def _load(self, dtype: torch.dtype) -> list[tuple[str, Config, str]]:
-        from autotune.db import ConfigStore
-
         gpu_name = gpu.current_gpu().name
         rows: list[tuple[str, Config, str]] = []
         seen: set[str] = set()
         ignored: list[str] = []
-        consulted, any_rows = database_urls(), False
-        for url, readonly in consulted:
-            try:
-                with ConfigStore(url, readonly=readonly) as store:
-                    found = store.best_rows(kernel=self.spec.name, gpu=gpu_name)  # every dtype: any rows at all?
-            except Exception as exc:  # an unreadable database must not break a kernel call
-                ignored.append(f"database {url} unreadable ({type(exc).__name__}: {exc})")
+        consulted, any_rows = read_rows(self.spec.name, gpu=gpu_name), False  # every dtype: any rows at all?
+        for url, found in consulted:
+            if isinstance(found, Exception):
+                ignored.append(f"database {url} unreadable ({type(found).__name__}: {found})")
                 continue
             any_rows = any_rows or bool(found)
             for row in found:

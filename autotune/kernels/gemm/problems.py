@@ -23,6 +23,7 @@ from autotune.spec import Cost, parse_sizes
 from autotune.search_spaces.matmul import SPACE
 from autotune.space import Config
 from autotune.gate.strategies import class_floor, next_pow2, sizes, sizes_in_classes
+from autotune.identity import config_key
 
 EDGE_SIZES = (1, 7, 33, 65, 129, 4097)
 """Sizes that break tiling: 1, primes, one past a power of two (a block holding all but one element)."""
@@ -69,7 +70,7 @@ def problems_for_config(config: Config, dtype: str, max_numel: int, problems) ->
 
     growth = 1 if gpu.interpreter_active() else STEERED_GROWTH
     most, macs = growth * max_numel, growth * growth * GROWTH * max_numel
-    classes = _classes(json.dumps(config, sort_keys=True), dtype, most, macs)
+    classes = _classes(config_key(config), dtype, most, macs)
     if not classes or set(_classes(None, dtype, max_numel, GROWTH * max_numel)) <= set(classes):
         return problems(max_numel)
     return problems(max_numel, dims=st.sampled_from(classes).flatmap(lambda c: _dims_in_classes(c, most, macs)))

@@ -1,0 +1,95 @@
+"""A study's first trials, from what the databases already know: the stored best, earlier sources' winners,
+the space's own starts and the winners of neighbouring searches; and the failures recorded on its bucket."""
+
+from __future__ import annotations
+
+from autotune import gpu, runtime
+from autotune.db import BestRow, ConfigStore
+from autotune.gate.verify import KnownFailure
+from autotune.identity import RowKey
+from autotune.space import Config, Problem
+from autotune.spec import KernelSpec
+
+NEIGHBOUR_WARM_STARTS = 3
+"""How many winners of neighbouring searches a study also tries first (see `warm_starts`)."""
+EARLIER_SOURCE_WARM_STARTS = 2
+"""How many winners of this bucket under earlier sources of the kernel a study also tries first."""
+
+
+def bucket_failures(store: ConfigStore | None, key: RowKey) -> list[KnownFailure]:
+    """The failing problems (and seeds) that re-verification recorded on this bucket's flagged rows, of any
+    source of the kernel: a search checks every config on them first, so a config that was fast but
+    wrong there cannot win again on inputs that happen to pass."""
+    if store is None:
+        return []
+    rows = store.best_rows(kernel=key.kernel, gpu=key.gpu, dtype=key.dtype, bucket=key.bucket)
+    return [failure for row in rows if (failure := row.recorded_failure) is not None]
+
+
+def warm_starts(spec: KernelSpec, store: ConfigStore | None, key: RowKey, problem: Problem | None = None) -> list[Config]:
+    """The configs a study tries first: the space's default, then the best stored for its bucket, if any,
+    then (up to EARLIER_SOURCE_WARM_STARTS) this bucket's winners under earlier sources of the kernel in
+    `store`, newest first, where their configs are still in the space: a changed kernel is re-tuned from
+    where its last search ended.
+
+    Given the problem, then the space's own starts for it (`SearchSpace.starts`: configs known to do well on
+    such problems), and up to NEIGHBOUR_WARM_STARTS winners of neighbouring searches that run on it,
+    nearest first: this bucket in another dtype or on another GPU, then the nearest buckets (from `store`
+    and the databases the runtime reads). Each is only a first guess, measured here like any trial."""
+    configs = [dict(spec.space.default)]
+    if store is not None:
+        rows = [row for row in store.best_rows(kernel=key.kernel, gpu=key.gpu, dtype=key.dtype, bucket=key.bucket)
+                if not row.flagged]
+        configs += [config for row in rows if row.source_hash == key.source_hash
+                    if (config := _stored_config(spec, row)) is not None]
+        earlier: list[Config] = []
+        older_rows = [row for row in rows if row.source_hash != key.source_hash]
+        for row in sorted(older_rows, key=lambda row: row.created_at, reverse=True):
+            if len(earlier) == EARLIER_SOURCE_WARM_STARTS:
+                break
+            config = _stored_config(spec, row)
+            if config is not None and config not in configs and config not in earlier and (
+                    problem is None or spec.space.rejects(config, problem) is None):
+                earlier.append(config)
+        configs += earlier
+    if problem is not None:
+        configs += [config for config in spec.space.starts(problem) if config not in configs]
+        neighbours: list[Config] = []
+        for config in _neighbour_winners(spec, store, key, problem):
+            if len(neighbours) == NEIGHBOUR_WARM_STARTS:
+                break
+            if config not in configs and config not in neighbours:
+                neighbours.append(config)
+        configs += neighbours
+    return configs
+
+
+def _stored_config(spec: KernelSpec, row: BestRow) -> Config | None:
+    """row's config if it belongs to spec's space; None for a corrupt row or one from a space without it."""
+    try:
+        return spec.space.validate(row.config)
+    except ValueError:
+        return None
+
+
+def _neighbour_winners(spec: KernelSpec, store: ConfigStore | None, key: RowKey, problem: Problem) -> list[Config]:
+    """Stored bests of this kernel's source other than this search's own row that run on `problem`, nearest
+    bucket first, then the same dtype, then the same GPU (other GPUs' only on a GPU)."""
+    rows = [] if store is None else store.best_rows(kernel=key.kernel, source_hash=key.source_hash)
+    for _url, found in runtime.read_rows(key.kernel, source_hash=key.source_hash, skip=store):
+        if not isinstance(found, Exception):  # an unreadable database offers no first guesses
+            rows += found
+    # Under the interpreter a GPU's winner is no better a guess than any other config.
+    other_gpus = not gpu.current_gpu().is_interpreter
+    ranked = []
+    for row in rows:
+        if row.flagged or (row.gpu, row.dtype, row.bucket) == (key.gpu, key.dtype, key.bucket):
+            continue
+        if row.gpu != key.gpu and not other_gpus:
+            continue
+        distance = spec.bucket_distance(row.bucket, key.bucket)
+        config = _stored_config(spec, row)
+        if config is not None and distance < float("inf") and spec.space.rejects(config, problem) is None:
+            ranked.append(((distance, row.dtype != key.dtype, row.gpu != key.gpu), config))
+    ranked.sort(key=lambda r: r[0])
+    return [config for _, config in ranked]

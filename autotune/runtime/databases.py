@@ -1,0 +1,37 @@
+"""Which databases are read, and how: the user database (if it exists) overlays the shipped one. The runtime
+serves configs from them and a search takes its neighbours' winners from them; nothing else decides."""
+
+from __future__ import annotations
+
+import os
+
+from autotune import db
+from autotune.db import BestRow, ConfigStore
+
+
+def database_urls() -> list[tuple[str, bool]]:
+    """(url, readonly) of the databases the runtime reads, most preferred first; only existing files."""
+    urls: list[tuple[str, bool]] = []
+    user = db.default_url()
+    if not user.startswith("sqlite:///") or os.path.exists(user.removeprefix("sqlite:///")):
+        urls.append((user, False))
+    shipped = db.shipped_path()
+    if shipped.exists():
+        urls.append((db.as_url(str(shipped)), True))
+    return urls
+
+
+def read_rows(kernel: str, *, source_hash: str | None = None, gpu: str | None = None,
+              skip: ConfigStore | None = None) -> list[tuple[str, list[BestRow] | Exception]]:
+    """Each database's best rows of kernel matching the filters, most preferred database first: (url, rows),
+    or (url, the exception) for a database that cannot be read. `skip`: a store already read by the caller."""
+    found: list[tuple[str, list[BestRow] | Exception]] = []
+    for url, readonly in database_urls():
+        if skip is not None and skip.url == url:
+            continue
+        try:
+            with ConfigStore(url, readonly=readonly) as store:
+                found.append((url, store.best_rows(kernel=kernel, source_hash=source_hash, gpu=gpu)))
+        except Exception as exc:  # an unreadable database must not break a kernel call or a search
+            found.append((url, exc))
+    return found
