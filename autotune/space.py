@@ -124,3 +124,8 @@ class SearchSpace:
         if self.suggest_fn is not None and problem is not None:
             return self.validate(self.suggest_fn(trial, problem))
         return {p.name: trial.suggest_categorical(p.name, list(p.values)) for p in self.params}
+
+
+def next_pow2(n: int) -> int:
+    """Smallest power of two >= n (1 for n <= 1)."""
+    return 1 if n <= 1 else 1 << (n - 1).bit_length()

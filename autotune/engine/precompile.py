@@ -45,7 +45,7 @@ def importable_name(spec: KernelSpec) -> str | None:
     """How a fresh process finds spec: its registry name, or `module:attr`; None if it cannot."""
     from autotune.runtime import registry
 
-    if spec.name in registry._SHIPPED:
+    if registry.is_shipped(spec.name):
         return spec.name
     module = sys.modules.get(getattr(spec.launch, "__module__", ""))
     if module is None or module.__name__ == "__main__":

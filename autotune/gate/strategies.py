@@ -7,6 +7,8 @@ from collections.abc import Callable, Sequence
 
 from hypothesis import strategies as st
 
+from autotune.space import next_pow2
+
 PRIMES = (2, 3, 5, 7, 13, 31, 61, 127, 251, 509, 1021, 2039, 4093, 8191, 16381, 32749, 65521, 131071)
 
 
@@ -95,8 +97,3 @@ MAGNITUDES = (1.0, 1e-3, 1e4)
 
 def magnitudes() -> st.SearchStrategy[float]:
     return st.sampled_from(MAGNITUDES)
-
-
-def next_pow2(n: int) -> int:
-    """Smallest power of two >= n (1 for n <= 1)."""
-    return 1 if n <= 1 else 1 << (n - 1).bit_length()

@@ -6,21 +6,7 @@ import importlib
 
 from autotune.spec import KernelSpec
 
-_SHIPPED = {
-    "vector_add": "autotune.kernels.vector_add.add:SPEC",
-    "softmax": "autotune.kernels.fused_softmax.softmax:SPEC",
-    "group_norm": "autotune.kernels.norm.group_norm:SPEC",
-    "group_norm_backward": "autotune.kernels.norm.group_norm_backward:SPEC",
-    "layer_norm": "autotune.kernels.norm.layer_norm:LAYER_NORM",
-    "layer_norm_backward": "autotune.kernels.norm.layer_norm_backward:LAYER_NORM_BACKWARD",
-    "rms_norm": "autotune.kernels.norm.layer_norm:RMS_NORM",
-    "rms_norm_backward": "autotune.kernels.norm.layer_norm_backward:RMS_NORM_BACKWARD",
-    "matmul": "autotune.kernels.gemm.matmul:MATMUL",
-    "linear": "autotune.kernels.gemm.matmul:LINEAR",
-    "mlp": "autotune.kernels.gemm.mlp:MLP",
-    "flash_attn": "autotune.kernels.attention.flash_attn:SPEC",
-    "flash_attn_backward": "autotune.kernels.attention.flash_attn_backward:SPEC",
-}
+_SHIPPED: dict[str, KernelSpec] = {}  # built from the kernel families on first use
 _REGISTERED: dict[str, KernelSpec] = {}
 
 
@@ -28,11 +14,20 @@ class UnknownKernel(LookupError):
     """No kernel by that name, and no `module:attr` path that leads to a KernelSpec."""
 
 
+def _shipped() -> dict[str, KernelSpec]:
+    """The shipped kernels by name, as their families list them."""
+    if not _SHIPPED:
+        from autotune import kernels
+
+        _SHIPPED.update({spec.name: spec for family in kernels.FAMILIES for spec in family.SPECS})
+    return _SHIPPED
+
+
 def register(spec: KernelSpec, *, replace: bool = False) -> KernelSpec:
     """Make a user kernel known by its name to verify, search, query and the runtime."""
     if not isinstance(spec, KernelSpec):
         raise TypeError(f"register() takes a KernelSpec, got {type(spec).__name__}")
-    if not replace and (spec.name in _SHIPPED or spec.name in _REGISTERED):
+    if not replace and (spec.name in _shipped() or spec.name in _REGISTERED):
         if _REGISTERED.get(spec.name) is not spec:
             raise ValueError(f"a kernel named {spec.name!r} is already registered (pass replace=True)")
     _REGISTERED[spec.name] = spec
@@ -41,24 +36,27 @@ def register(spec: KernelSpec, *, replace: bool = False) -> KernelSpec:
 
 def names() -> list[str]:
     """Names of all shipped and registered kernels."""
-    return sorted(set(_SHIPPED) | set(_REGISTERED))
+    return sorted(set(_shipped()) | set(_REGISTERED))
 
 
 def shipped() -> list[str]:
     """Names of the kernels shipped in the package (each backward kernel by its own name)."""
-    return sorted(_SHIPPED)
+    return sorted(_shipped())
+
+
+def is_shipped(name: str) -> bool:
+    """Whether name is a kernel shipped in the package (a fresh process finds it by name alone)."""
+    return name in _shipped()
 
 
 def get(name: str) -> KernelSpec:
     """The spec for a registered name, a shipped name, or a `module:attr` path to a KernelSpec."""
     if name in _REGISTERED:
         return _REGISTERED[name]
-    if name in _SHIPPED:
-        spec = _load(_SHIPPED[name])
-        _REGISTERED[name] = spec
-        return spec
-    if ":" in name:
+    if ":" in name:  # no shipped name has one
         return _load(name)
+    if name in _shipped():
+        return _SHIPPED[name]
     raise UnknownKernel(f"unknown kernel {name!r}; expected one of {names()} or a module:attr path")
 
 

@@ -1,7 +1,7 @@
 """vector_add: one block of elements per program."""
 
 from autotune.space import Param, SearchSpace, powers_of_two
-from autotune.gate.strategies import next_pow2
+from autotune.space import next_pow2
 
 SPACE = SearchSpace(
     params=(

@@ -18,7 +18,7 @@ import triton.language as tl
 
 from autotune import gpu
 from autotune.space import Config, Param, Problem, SearchSpace, powers_of_two
-from autotune.gate.strategies import next_pow2
+from autotune.space import next_pow2
 
 MAX_HEAD_DIM = 256
 BLOCKS = powers_of_two(16, 256)

@@ -17,7 +17,7 @@ import math
 
 from autotune.space import Config, Param, Problem, SearchSpace, powers_of_two
 from autotune.spec import parse_bucket
-from autotune.gate.strategies import next_pow2
+from autotune.space import next_pow2
 
 MIN_BLOCK = 16
 MAX_BLOCK = 131072

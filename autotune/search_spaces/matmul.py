@@ -16,7 +16,7 @@ from __future__ import annotations
 import functools
 
 from autotune.space import Config, Param, Problem, SearchSpace
-from autotune.gate.strategies import next_pow2
+from autotune.space import next_pow2
 
 VARIANTS = ("tiled", "persistent", "tma", "tma_persistent")
 BLOCKS_MN = (16, 32, 64, 128, 256)

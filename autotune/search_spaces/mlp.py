@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from autotune.search_spaces.matmul import MAX_ACC_REGISTERS, MAX_FMA_REGISTERS, MIN_BLOCK, MIN_TILE_PER_WARP, hardware, k_range
 from autotune.space import Config, Param, Problem, SearchSpace
-from autotune.gate.strategies import next_pow2
+from autotune.space import next_pow2
 
 BLOCKS_M = (16, 32, 64, 128)
 BLOCKS_N = (16, 32, 64, 128, 256)

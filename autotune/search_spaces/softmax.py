@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 
 from autotune.space import Config, Param, Problem, SearchSpace, powers_of_two
-from autotune.gate.strategies import next_pow2
+from autotune.space import next_pow2
 
 MIN_BLOCK = 16
 MAX_ELEMENTS_PER_THREAD = 128

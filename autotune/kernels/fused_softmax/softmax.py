@@ -14,7 +14,8 @@ from autotune.kernels.common import checks as _checks
 from autotune.kernels.common.grid import cdiv
 from autotune.search_spaces.softmax import SPACE, bucket, row_shape
 from autotune.spec import Cost, Inputs, KernelSpec, parse_sizes
-from autotune.gate.strategies import PROBE_ROWS, magnitudes, next_pow2, shapes, sizes_in_classes, steered_classes
+from autotune.gate.strategies import PROBE_ROWS, magnitudes, shapes, sizes_in_classes, steered_classes
+from autotune.space import next_pow2
 
 
 @triton.jit

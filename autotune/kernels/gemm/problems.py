@@ -22,7 +22,8 @@ from autotune.kernels.gemm.gemm import ACTIVATIONS
 from autotune.spec import Cost, parse_sizes
 from autotune.search_spaces.matmul import SPACE
 from autotune.space import Config
-from autotune.gate.strategies import class_floor, next_pow2, sizes, sizes_in_classes
+from autotune.gate.strategies import class_floor, sizes, sizes_in_classes
+from autotune.space import next_pow2
 from autotune.identity import config_key
 
 EDGE_SIZES = (1, 7, 33, 65, 129, 4097)

@@ -20,7 +20,7 @@ from autotune.kernels.norm.group_norm_common import (
 )
 from autotune.search_spaces.group_norm import SPACE, bucket, bucket_distance, tile_shape
 from autotune.spec import Inputs, KernelSpec
-from autotune.gate.strategies import next_pow2
+from autotune.space import next_pow2
 
 
 @triton.jit

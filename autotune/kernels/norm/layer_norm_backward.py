@@ -27,7 +27,7 @@ from autotune.kernels.common.grid import cdiv
 from autotune.kernels.common.rounding import round_to
 from autotune.search_spaces.layer_norm import BACKWARD_SPACE, bucket
 from autotune.spec import Inputs, KernelSpec
-from autotune.gate.strategies import next_pow2
+from autotune.space import next_pow2
 
 INTERPRETER_SMS = 2
 """The interpreter has no SMs; a few programs per "SM" still make the cross-program sums real."""
