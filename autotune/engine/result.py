@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import json
 import math
 import time
 from collections.abc import Callable
@@ -19,7 +18,7 @@ from autotune.engine.evaluate import Evaluator
 from autotune.engine.outcome import FINISHED, TrialOutcome, evaluated, finished_outcomes, outcome_of
 from autotune.engine.plan import StudyPlan
 from autotune.gate.verify import VerifyResult, verify
-from autotune.identity import Outcome, config_key
+from autotune.identity import Outcome, config_key, problem_key
 from autotune.measure import bench
 from autotune.space import Config, Problem
 from autotune.spec import KernelSpec
@@ -155,7 +154,7 @@ def _record(store: ConfigStore, spec: KernelSpec, result: SearchResult, info: gp
                 study=result.study_name, kernel=spec.name, source_hash=spec.source_hash, gpu=info.name,
                 dtype=result.dtype, bucket=result.bucket, number=t.number, config_json=config_key(t.config),
                 outcome=str(t.outcome), reason=t.reason, time_ms=t.time_ms,
-                failing_example_json=json.dumps(t.example, sort_keys=True) if t.example is not None else None,
+                failing_example_json=problem_key(t.example) if t.example is not None else None,
             )
             for t in result.trials
         ]
@@ -166,7 +165,7 @@ def _record(store: ConfigStore, spec: KernelSpec, result: SearchResult, info: gp
         BestRow(
             kernel=spec.name, source_hash=spec.source_hash, gpu=info.name, device_name=info.device_name,
             dtype=result.dtype, bucket=result.bucket, config_json=config_key(result.best_config),
-            problem_json=json.dumps(result.problem, sort_keys=True), time_ms=result.best_ms, timing=result.best_timing,
+            problem_json=problem_key(result.problem), time_ms=result.best_ms, timing=result.best_timing,
             default_time_ms=result.default_ms, baseline_time_ms=result.baseline_ms,
             examples_verified=result.examples_verified, triton_version=triton.__version__,
             torch_version=torch.__version__,
