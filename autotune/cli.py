@@ -169,9 +169,11 @@ def verify(kernel: str, config_json: str | None, dtypes: tuple[str, ...], exampl
 @click.option("--warm-start", "warm_start", multiple=True, metavar="CONFIG",
               help="A config to try first, as JSON (keys left out take the default's), e.g. one of a triton.autotune "
                    "list; repeatable. Verified and timed like every trial.")
+@click.option("--cold", is_flag=True,
+              help="Start from the space alone (its default and its own starts), taking no database's rows as first trials.")
 @click.option("--format", "fmt", type=FORMATS, default="table", show_default=True)
 def search(kernel, gpu_name, dtypes, shapes, trials, timeout, sampler, db_url, storage, workers, gpus, heartbeat, examples,
-           final_examples, seed, compile_workers, isolate, trial_timeout, warm_start, fmt) -> None:
+           final_examples, seed, compile_workers, isolate, trial_timeout, warm_start, cold, fmt) -> None:
     """Tune KERNEL on this GPU: one Optuna study per dtype and shape bucket; store the best."""
     from tqdm import tqdm
 
@@ -199,7 +201,7 @@ def search(kernel, gpu_name, dtypes, shapes, trials, timeout, sampler, db_url, s
             raise click.UsageError("--compile-workers is for a one-process search; not with --storage, --workers or --gpus")
         jobs = [(problem, dtype) for dtype in _dtypes(dtypes, spec) for problem in problems]
         options = SearchOptions(gpu_name=gpu_name, trials=trials, timeout=timeout, sampler=sampler, seed=seed,
-                                examples=examples, final_examples=final_examples, warm_start=warm_start,
+                                examples=examples, final_examples=final_examples, warm_start=warm_start, cold=cold,
                                 **({"heartbeat_s": heartbeat} if heartbeat else {}))
         _emit([_search_row(spec, r) for r in _search_shared(spec, jobs, db_url, storage, workers, gpus, options)], fmt)
         return
@@ -228,7 +230,7 @@ def search(kernel, gpu_name, dtypes, shapes, trials, timeout, sampler, db_url, s
                     options = SearchOptions(
                         gpu_name=gpu_name, trials=trials, timeout=timeout, sampler=sampler, seed=seed, examples=examples,
                         final_examples=final_examples, isolate=isolate, trial_timeout=trial_timeout,
-                        warm_start=warm_start, on_trial=tick, on_final_check=final_checked,
+                        warm_start=warm_start, cold=cold, on_trial=tick, on_final_check=final_checked,
                     )
                     result = run_search(spec, problem, dtype, options, store=store, storage=storage, compile_workers=pool)
                 phases = ", ".join(f"{k} {v:.1f}" for k, v in result.seconds.items())

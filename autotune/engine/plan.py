@@ -17,7 +17,7 @@ from autotune.db import ConfigStore
 from autotune.engine import isolation
 from autotune.engine.outcome import TrialOutcome, evaluated
 from autotune.engine.precompile import importable_name
-from autotune.engine.warm_starts import bucket_failures, warm_starts
+from autotune.engine.warm_starts import bucket_failures, cold_starts, warm_starts
 from autotune.gate.verify import KnownFailure, VerifyResult
 from autotune.identity import RowKey
 from autotune.runtime import registry
@@ -50,6 +50,8 @@ class SearchOptions:
         max_numel: the largest problem drawn (default: small under the interpreter).
         isolate: evaluate configs in a worker process (default: on a GPU, or with trial_timeout).
         warm_start: configs tried first too, after the default, the stored best and the neighbours' winners.
+        cold: start from the space alone (its default and its own starts): no database's rows, to measure
+            what the search finds by itself.
         on_trial: hears each trial (its outcome, the best time so far); on_final_check each re-check of
             a winner (config, result, seconds)."""
 
@@ -65,6 +67,7 @@ class SearchOptions:
     trial_timeout: float | None = None
     heartbeat_s: int = HEARTBEAT_S
     warm_start: Sequence[Config] = ()
+    cold: bool = False
     on_trial: Callable[[TrialOutcome, float | None], None] | None = None
     on_final_check: Callable[[Config, VerifyResult, float], None] | None = None
 
@@ -216,7 +219,8 @@ def create_study(
     )
     if PLAN_ATTR in study.user_attrs and not plan_of(study).measures_like(plan):
         raise ValueError(f"study {key.study_name()!r} measures {plan_of(study)}, not {plan}: use another storage")
-    for config in [*warm_starts(spec, store, key, problem), *(spec.space.validate(c) for c in options.warm_start), *grid]:
+    firsts = cold_starts(spec, problem) if options.cold else warm_starts(spec, store, key, problem)
+    for config in [*firsts, *(spec.space.validate(c) for c in options.warm_start), *grid]:
         study.enqueue_trial(config, skip_if_exists=True)
     study.set_user_attr(PLAN_ATTR, dataclasses.asdict(plan))
     return study, plan

@@ -64,6 +64,12 @@ def warm_starts(spec: KernelSpec, store: ConfigStore | None, key: RowKey, proble
     return configs
 
 
+def cold_starts(spec: KernelSpec, problem: Problem) -> list[Config]:
+    """The first trials of a study that reads no database: the space's default, then its own starts."""
+    configs = [dict(spec.space.default)]
+    return configs + [config for config in spec.space.starts(problem) if config not in configs]
+
+
 def _stored_config(spec: KernelSpec, row: BestRow) -> Config | None:
     """row's config if it belongs to spec's space; None for a corrupt row or one from a space without it."""
     try:
