@@ -13,13 +13,13 @@
 #                  needs no GPU (its time per ask grows with the study): run it on any machine, on the returned
 #                  table: python benchmarks/search_quality.py --kernel matmul --dtype bf16 --gate timed \
 #                    --shape 256x4096x4096 --samplers gp,tpe,random --seeds 5 --replay-cap 250 --replay-only \
-#                    --table benchmarks/results/quality-table-matmul-bf16.json --out benchmarks/results/search-quality-matmul-grid-gp
+#                    --table benchmarks/results/H100/quality-table-matmul-bf16.json --out /tmp/search-quality-matmul-grid-gp
 #   quality-live   TPE, GP and random live on 4096^3 and 8192x4096x14336, or LIVE_SHAPES (resumable the same way)
 #
 # Knobs: TRIALS (configs per study), STUDY_TIMEOUT (seconds per study, default 110), STAGE_SECONDS (per stage).
 # Everything lands in $OUT: the config database ($AUTOTUNE_DB, default $OUT/tuned.sqlite), logs, results.
 # The quality table ($OUT/quality-table-matmul-bf16.json) lets a stage continue in a later session: copy the
-# returned file to benchmarks/results/ before the next call; it is copied back into $OUT first. Likewise a
+# returned file to benchmarks/results/$GPU/ before the next call; it is copied back into $OUT first. Likewise a
 # tuned.sqlite under benchmarks/results/ is taken as the starting database (search-mlp needs linear's rows).
 set -uo pipefail
 export PYTHONUNBUFFERED=1
@@ -29,7 +29,7 @@ GPU=${GPU:-H100}
 STAGE_SECONDS=${STAGE_SECONDS:-520}
 stamp=$(date -u +%Y-%m-%d)
 TABLE=$OUT/quality-table-matmul-bf16.json
-[ -f benchmarks/results/quality-table-matmul-bf16.json ] && [ ! -f "$TABLE" ] && cp benchmarks/results/quality-table-matmul-bf16.json "$TABLE"
+[ -f "benchmarks/results/$GPU/quality-table-matmul-bf16.json" ] && [ ! -f "$TABLE" ] && cp "benchmarks/results/$GPU/quality-table-matmul-bf16.json" "$TABLE"
 [ -f benchmarks/results/tuned.sqlite ] && [ ! -f "$AUTOTUNE_DB" ] && cp benchmarks/results/tuned.sqlite "$AUTOTUNE_DB"
 at() { python3 -m autotune "$@"; }
 search() {  # KERNEL TRIALS TIMEOUT SHAPE...: one study per shape, bf16; the table and where the time went

@@ -4,7 +4,7 @@
 
 Each run starts from an empty Optuna storage, an empty config database and an empty Triton kernel cache
 (TRITON_CACHE_DIR, which the worker processes inherit), so no run warm-starts from another's searches or
-compiles. (The 2026-11-23 H200 figures were taken before the cache was emptied per run: see NOTES.md.) "search" is `autotune search` without workers (one process, compile-ahead pool); "gpus=N" is
+compiles. "search" is `autotune search` without workers (one process, compile-ahead pool); "gpus=N" is
 `autotune search --gpus 0,..,N-1` (one worker process per GPU on a shared journal-file study).
 Writes NAME.json and NAME.md.
 """

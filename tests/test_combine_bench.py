@@ -4,9 +4,11 @@ import json
 import pathlib
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-RESULTS = ROOT / "benchmarks" / "results"
-TUNED_FIRST = str(RESULTS / "bench-matmul-H100-2026-11-24.json")  # before `report.time_balanced`
-BALANCED = str(RESULTS / "bench-matmul-H100-2026-11-24c.json")  # the same six problems, order-balanced
+DATA = ROOT / "tests" / "data"
+# Two real H100 runs of `autotune bench matmul` (2026-11-24): timed before `report.time_balanced`, then the same six
+# problems order-balanced.
+TUNED_FIRST = str(DATA / "bench-matmul-tuned-first.json")
+BALANCED = str(DATA / "bench-matmul-order-balanced.json")
 
 
 def test_the_later_run_wins_and_runs_timed_differently_each_keep_their_method(benchmark_script):

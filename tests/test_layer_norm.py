@@ -130,7 +130,7 @@ def test_the_rounding_of_the_normalized_value_passes_where_a_wrong_value_still_f
     # On the H100 every config of the float32 16384x8192 bucket, single-pass and looped, failed a 4097-wide
     # row with a bias (error 0.000701 against a budget of 0.000308): y = z + b rounds z (about 1.5 there)
     # before the bias cancels it, and PyTorch's own output happened to round closer on that element. Every
-    # variant of the kernel's arithmetic failed it alike (results/layer-norm-gate-probe-H100-2026-11-26.md).
+    # variant of the kernel's arithmetic failed it alike (docs/kernels.md, layer_norm's error floor).
     inputs, col, z = _cancelling_inputs(False)
     ref = LAYER_NORM.reference(inputs)
     floor = LAYER_NORM.error_floor(inputs)
