@@ -197,7 +197,7 @@ def _forward_choices(problem: Problem) -> dict[str, list]:
 
 FORWARD_START_TILES = {64: ((64, 128, 4, 2), (128, 64, 4, 3)), 128: ((128, 64, 4, 2),)}
 """(BLOCK_M, BLOCK_N, num_warps, num_stages) that were best on the H100 across the half-precision prefill presets, by
-head dim (up to 64, up to 128): benchmarks/results/attention-config-sweep-*-H100-2026-11-25. The head dim 64 rows
+head dim (up to 64, up to 128): docs/kernels.md (attention). The head dim 64 rows
 searched without them had settled 6-20% slower."""
 
 

@@ -322,7 +322,7 @@ _flash_attn_op.register_autograd(_flash_attn_backward, setup_context=_setup_cont
 
 class _EagerFlashAttn(torch.autograd.Function):
     """The op's forward and backward for an eager call that records a graph, without the op's dispatch (on the
-    H100's host about 0.2 ms of a forward + backward's 1 ms: benchmarks/NOTES.md, "Twenty-fourth session")."""
+    H100's host about 0.2 ms of a forward + backward's 1 ms: docs/kernels.md, on eager calls)."""
 
     @staticmethod
     def forward(ctx, q, k, v, is_causal: bool, scale: float):

@@ -37,7 +37,7 @@ SUM_BLOCK = 64
 _DESCRIPTOR_ALIGNMENT = 16
 FMA_ROW_MAJOR_MIN_M = 512
 """In IEEE float32 (products on the FMA units) a b operand stored along K (unit stride down its columns, as
-linear's w.T) runs 2-3x slower than a row-major one (benchmarks/results/fp32-layout-probe-H100-2026-11-24.md).
+linear's w.T) runs 2-3x slower than a row-major one (docs/kernels.md, the matmul family's float32 notes).
 From this many rows of a on, `gemm` multiplies a row-major copy of b instead (`reads_row_major_copy`): the copy
 reads and writes b once, about 2% of an 8192-row product's time, less than 25% of the product at 512 rows."""
 

@@ -199,7 +199,7 @@ linear_op.register_autograd(_linear_backward, setup_context=_linear_setup)
 class _EagerLinear(torch.autograd.Function):
     """linear_op's forward and backward function for an eager call that records a graph, without the op's dispatch
     and autograd wrapper: 0.2-0.25 ms less host time per forward + backward on the H100's host
-    (benchmarks/results/linear-host-H100-2026-11-25.txt), before the backward's products skipped it too."""
+    (docs/kernels.md, on eager calls), before the backward's products skipped it too."""
 
     @staticmethod
     def forward(ctx, x, weight, bias, activation: str, save_pre: bool):
