@@ -10,6 +10,7 @@
 #                          tokens, 16 heads) | decode (D = 128 only); DTYPE = bf16 | fp16; D = 64 | 128
 #   bwd:DTYPE:D:PART       search flash_attn_backward likewise (PART = full | causal)
 #   compare:DTYPE          same-run benchmark against sdpa's flash, cuDNN and efficient backends, every preset
+#   cold:DTYPE:SHAPE       `search --cold` of one shape (TRIALS, STUDY_TIMEOUT) against the best known row
 #   export                 the tuned attention rows as a database of their own, to ship or merge
 # For the issue's goals (bf16, D = 128), in this order:
 #   check  fwd:bf16:128:full  fwd:bf16:128:causal  fwd:bf16:128:decode  bwd:bf16:128:full  bwd:bf16:128:causal
@@ -98,6 +99,9 @@ for stage in "$@"; do
     fwd) search flash_attn "$dtype" "$d" "$part" ;;
     bwd) search flash_attn_backward "$dtype" "$d" "$part" ;;
     compare) python3 benchmarks/compare_attention.py --dtype "$dtype" --out "$OUT/compare-attention-$dtype-$GPU-$stamp" ;;
+    cold)  # cold:DTYPE:SHAPE: a search that reads no database, against the best known row (issue 38's 3% in 5 minutes)
+      python3 benchmarks/cold_search.py --kernel flash_attn --dtype "$dtype" --shape "$d" --trials "$TRIALS" \
+        --timeout "$STUDY_TIMEOUT" --out "$OUT/cold-search-flash_attn-$dtype-$GPU" ;;
     export)
       rm -f "$OUT/attention-$GPU.sqlite"
       python3 -m autotune db export --gpu "$GPU" -o "$OUT/attention-$GPU.sqlite" &&

@@ -111,3 +111,15 @@ def test_a_spaces_own_starts_come_after_the_buckets_rows_and_before_the_neighbou
         # Without the problem nothing tells which starts run on it.
         assert warm_starts(spec, store, RowKey(spec.name, spec.source_hash, gpu.current_gpu().name, DTYPE_NAMES[torch.float32], "m=8,n=128")) == [
             SPEC.space.default, ROWS_16]
+
+
+def test_a_cold_search_starts_from_the_space_alone(user_db):
+    _store_neighbours(user_db)
+    store_best(user_db, SPEC, "m=8,n=128", ROWS_16)  # this bucket's own best: a warm search's second trial
+    with ConfigStore(str(user_db)) as store:
+        result = search(SPEC, PROBLEM, torch.float32, SearchOptions(trials=2, examples=2, final_examples=2, cold=True),
+                        store=store)
+    firsts = [t.config for t in result.trials[:2]]
+    assert firsts[0] == SPEC.space.default
+    assert not {json.dumps(c, sort_keys=True) for c in firsts} & {
+        json.dumps(c, sort_keys=True) for c in (ROWS_16, HALF_SAME_BUCKET, ROWS_64, ROWS_1024)}

@@ -1,0 +1,105 @@
+"""How good a search is on its own: `autotune search KERNEL --cold` (no database's rows as first trials) on one
+shape, its wall time, and its winner timed against the best config any database knows for that bucket, both in this
+process on the same inputs (CUDA-graph GPU time, alternated over rounds).
+
+    python benchmarks/cold_search.py --kernel flash_attn --shape 4x16x4096x128 --dtype bf16 --trials 24 \
+        --timeout 240 --out benchmarks/results/H100/cold-search-flash_attn
+
+Writes PREFIX.md and PREFIX.json. The goal of issue 38: within 3% of the best known config (known / cold >= 0.97)
+in under 5 minutes of wall time.
+"""
+
+from __future__ import annotations
+
+import autotune  # first: picks the Triton interpreter when there is no GPU, before Triton is imported
+import argparse
+import json
+import statistics
+import tempfile
+import time
+
+import torch
+
+from autotune import gpu, runtime
+from autotune.db import ConfigStore
+from autotune.engine.plan import SearchOptions
+from autotune.engine.search import search
+from autotune.gate.verify import outputs_like
+from autotune.measure import bench, report
+from autotune.spec import DTYPE_NAMES, dtype_from_name, shape_label
+
+GOAL_RATIO = 0.97
+GOAL_SECONDS = 300
+
+
+def best_known(spec, problem, dtype) -> tuple[dict, str] | None:
+    """The stored best config of problem's bucket on this GPU for the current kernel source, and its database."""
+    bucket, name = spec.bucket(problem), gpu.current_gpu().name
+    for url, rows in runtime.read_rows(spec.name, source_hash=spec.source_hash, gpu=name):
+        if isinstance(rows, Exception):
+            continue
+        for row in rows:
+            if row.dtype == DTYPE_NAMES[dtype] and row.bucket == bucket and not row.flagged:
+                return row.config, url
+    return None
+
+
+def alternated_ms(spec, problem, dtype, configs: dict[str, dict], rounds: int) -> dict[str, float]:
+    """Median over rounds of each config's kernel time, the order reversed every other round."""
+    inputs = spec.make_inputs(problem, dtype, gpu.device(), 0)
+    out = outputs_like(spec.baseline(inputs), None)
+    times: dict[str, list[float]] = {label: [] for label in configs}
+    for r in range(rounds):
+        for label in (list(configs) if r % 2 == 0 else list(reversed(configs))):
+            ms, _ = bench.kernel_time(lambda cfg=configs[label]: spec.launch(inputs, cfg, out))
+            times[label].append(ms)
+    return {label: statistics.median(t) for label, t in times.items()}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--kernel", default="flash_attn")
+    parser.add_argument("--shape", default="4x16x4096x128")
+    parser.add_argument("--dtype", default="bf16")
+    parser.add_argument("--trials", type=int, default=24)
+    parser.add_argument("--timeout", type=float, default=240.0, help="seconds of search (the study's timeout)")
+    parser.add_argument("--examples", type=int, default=20)
+    parser.add_argument("--final-examples", type=int, default=100)
+    parser.add_argument("--rounds", type=int, default=6)
+    parser.add_argument("--out", required=True, help="PREFIX of the .md and .json written")
+    args = parser.parse_args()
+    spec, dtype = autotune.get(args.kernel), dtype_from_name(args.dtype)
+    problem = spec.problem_for(spec.parse_shape(args.shape), dtype)
+    known = best_known(spec, problem, dtype)
+    with tempfile.TemporaryDirectory() as tmp, ConfigStore(f"sqlite:///{tmp}/cold.sqlite") as store:
+        started = time.perf_counter()
+        result = search(spec, problem, dtype, SearchOptions(trials=args.trials, timeout=args.timeout, cold=True,
+                                                            examples=args.examples, final_examples=args.final_examples),
+                        store=store)
+        wall = time.perf_counter() - started
+    record = {"kernel": spec.name, "dtype": args.dtype, "shape": shape_label(problem), "bucket": spec.bucket(problem),
+              "wall_s": wall, "evaluations": result.evaluations, "cold_config": result.best_config,
+              "cold_search_ms": result.best_ms, "known_config": known[0] if known else None,
+              "known_database": known[1] if known else None, **report.environment()}
+    if result.best_config is not None and known is not None:
+        timed = alternated_ms(spec, problem, dtype, {"cold": result.best_config, "known": known[0]}, args.rounds)
+        record.update(cold_ms=timed["cold"], known_ms=timed["known"], ratio=timed["known"] / timed["cold"])
+        record["goal_met"] = record["ratio"] >= GOAL_RATIO and wall <= GOAL_SECONDS
+    lines = [report.probe_header(record, f"cold search of {spec.name} {args.dtype} {record['shape']}"), "",
+             "| wall s | evaluations | cold winner | best known | cold ms | known ms | known / cold | goal met |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- |",
+             f"| {wall:.0f} | {result.evaluations} | `{json.dumps(result.best_config)}` | "
+             f"`{json.dumps(known[0]) if known else '-'}` | {record.get('cold_ms', float('nan')):.4f} | "
+             f"{record.get('known_ms', float('nan')):.4f} | {record.get('ratio', float('nan')):.3f} | "
+             f"{record.get('goal_met', '-')} |"]
+    text = "\n".join(lines) + "\n"
+    with open(f"{args.out}.md", "w") as f:
+        f.write(text)
+    with open(f"{args.out}.json", "w") as f:
+        json.dump(record, f, indent=1, default=str)
+    print(text)
+
+
+if __name__ == "__main__":
+    torch.manual_seed(0)
+    main()
