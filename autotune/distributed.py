@@ -21,7 +21,7 @@ import torch
 
 from autotune import gpu
 from autotune.db import ConfigStore
-from autotune.search import Evaluator, SearchResult, check_gpu, conclude, outcome_of
+from autotune.search import Evaluator, SearchResult, check_gpu, check_store, conclude, outcome_of
 from autotune.space import Problem
 from autotune.spec import KernelSpec
 from autotune.studies import (
@@ -84,6 +84,7 @@ def search_parallel(
 
     Args:
         study: trials, sampler, seed, examples, timeout, ... as `create_shared_study` takes them."""
+    check_store(store)
     devices = worker_devices(workers, gpus)
     with tempfile.TemporaryDirectory(prefix="autotune-") as tmp:
         url = storage or os.path.join(tmp, "studies.journal")

@@ -10,7 +10,7 @@ from collections.abc import Callable, Sequence
 import torch
 
 from autotune import bench, gpu, runtime
-from autotune.db import ConfigStore
+from autotune.db import ConfigStore, masked_url
 from autotune.isolation import shared_workers
 from autotune.precompile import CompilePool
 from autotune.report import require_nonzero
@@ -101,7 +101,8 @@ def measure_off_bucket(
             record = {
                 "kernel": spec.name, "dtype": DTYPE_NAMES[dtype], "shape": shape_label(problem), "problem": problem,
                 "bucket": spec.bucket(problem), "source": choice.source, "tuned_for": choice.bucket,
-                "tuned_on": None if tuned_on is None else shape_label(tuned_on), "database": choice.database,
+                "tuned_on": None if tuned_on is None else shape_label(tuned_on),
+                "database": choice.database and masked_url(choice.database),
                 "runtime_config": choice.config, "exact_config": result.best_config,
                 "same_config": choice.config == result.best_config, "evaluations": result.evaluations,
                 "runtime_config_searched": any(t.config == choice.config for t in result.trials),

@@ -62,12 +62,15 @@ def note_launch(kernel: str, config: Config) -> None:
 
 
 def database_urls() -> list[tuple[str, bool]]:
-    """(url, readonly) of the databases the runtime reads, most preferred first; only existing files."""
+    """(url, shipped) of the databases the runtime reads, most preferred first: the user database (unless it
+    is a SQLite file that does not exist) and the shipped one. The runtime opens each read-only: reading a
+    database never creates, upgrades or changes it."""
     from autotune import db
 
     urls: list[tuple[str, bool]] = []
     user = db.default_url()
-    if not user.startswith("sqlite:///") or os.path.exists(user.removeprefix("sqlite:///")):
+    path = db.sqlite_path(user)
+    if path is None or os.path.exists(path):
         urls.append((user, False))
     shipped = db.shipped_path()
     if shipped.exists():
@@ -135,19 +138,19 @@ class TunedConfigs:
         self._stored.clear()
 
     def _load(self, dtype: torch.dtype) -> list[tuple[str, Config, str]]:
-        from autotune.db import ConfigStore
+        from autotune.db import ConfigStore, masked_url
 
         gpu_name = gpu.current_gpu().name
         rows: list[tuple[str, Config, str]] = []
         seen: set[str] = set()
         ignored: list[str] = []
         consulted, any_rows = database_urls(), False
-        for url, readonly in consulted:
+        for url, _shipped in consulted:
             try:
-                with ConfigStore(url, readonly=readonly) as store:
+                with ConfigStore(url, readonly=True) as store:
                     found = store.best_rows(kernel=self.spec.name, gpu=gpu_name)  # every dtype: any rows at all?
             except Exception as exc:  # an unreadable database must not break a kernel call
-                ignored.append(f"database {url} unreadable ({type(exc).__name__}: {exc})")
+                ignored.append(f"database {masked_url(url)} unreadable ({type(exc).__name__}: {exc})")
                 continue
             any_rows = any_rows or bool(found)
             for row in found:
