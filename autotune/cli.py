@@ -39,18 +39,29 @@ def _dtypes(names: Sequence[str], spec: autotune.KernelSpec | None):
 
 
 def _store(url: str | None, *, readonly: bool = False):
-    from autotune.db import ConfigStore, SchemaVersionError, StoreError, as_url
+    """The config database a command reads (readonly) or writes; one clear line if it cannot."""
+    from autotune.db import ConfigStore, StoreError, as_url
 
     try:
-        return ConfigStore(as_url(url) if url else None, readonly=readonly)
-    except (SchemaVersionError, StoreError, FileNotFoundError) as exc:
+        store = ConfigStore(as_url(url) if url else None, readonly=readonly)
+    except (StoreError, FileNotFoundError) as exc:
         raise click.ClickException(str(exc)) from None
+    if not readonly and store.in_memory:
+        store.close()
+        raise click.ClickException(f"{store.where} is held in memory and lost when the command ends: "
+                                   "pass a file path or a database server URL")
+    return store
 
 
 def _require_database(url: str | None) -> None:
     """A command that only reads or rewrites rows must not create the database a mistyped path names."""
-    if url and "://" not in url and not os.path.isfile(url):
-        raise click.ClickException(f"no database at {url}")
+    from autotune.db import as_url, default_url, sqlite_path
+
+    path = sqlite_path(as_url(url) if url else default_url())
+    if path is not None and not os.path.isfile(path):
+        raise click.ClickException(f"no database at {path}")
+    if path is not None and os.path.getsize(path) == 0:
+        raise click.ClickException(f"{path} is empty: not an autotune database")
 
 
 def _config_option(spec: autotune.KernelSpec, text: str, option: str) -> dict:
@@ -396,6 +407,7 @@ def bench(kernels, all_kernels, against, gpu_name, dtypes, shapes, plot_path, gr
 @click.option("--format", "fmt", type=FORMATS, default="table", show_default=True)
 def query(kernel: str, gpu_name: str | None, dtype: str | None, db_url: str | None, fmt: str) -> None:
     """Show stored best configs of KERNEL with their evidence."""
+    from autotune.db import StoreError
     from autotune.runtime.query import stored_rows
 
     spec = _spec(kernel)
@@ -405,7 +417,10 @@ def query(kernel: str, gpu_name: str | None, dtype: str | None, db_url: str | No
         except ValueError as exc:
             raise click.BadParameter(str(exc), param_hint="--dtype") from None
     gpu_name = gpu.normalize_gpu_name(gpu_name) if gpu_name else None
-    rows = stored_rows(spec, db_url=db_url, gpu=gpu_name, dtype=dtype)
+    try:
+        rows = stored_rows(spec, db_url=db_url, gpu=gpu_name, dtype=dtype)
+    except (StoreError, FileNotFoundError) as exc:
+        raise click.ClickException(str(exc)) from None
     if fmt == "table":
         keep = ("gpu", "dtype", "bucket", "config", "time_ms", "timing", "vs_default", "vs_torch", "examples", "verified",
                 "current", "source")
@@ -426,7 +441,7 @@ def db() -> None:
 @click.option("--all-sources", is_flag=True, help="Also rows tuned for older sources of a kernel (default: current only).")
 def db_export(gpu_name: str, output: str, kernel: str | None, db_url: str | None, all_sources: bool) -> None:
     """Write one GPU's best configs into a new database file."""
-    with _store(db_url) as store:
+    with _store(db_url, readonly=True) as store:
         try:
             n = store.export(output, gpu=gpu.normalize_gpu_name(gpu_name), kernel=kernel,
                              keep=None if all_sources else _tuned_for_current_source)
@@ -482,9 +497,10 @@ def db_verify(gpu_name: str | None, db_url: str | None, kernels: tuple[str, ...]
     except gpu.GPUMismatchError as exc:
         raise click.ClickException(str(exc)) from None
     _require_database(db_url)
+    store = _store(db_url)  # refused before anything else is said or done
     seed = fresh_seed() if seed is None else seed
     click.echo(f"db verify: seed {seed}", err=True)  # first, so a run that dies can be repeated
-    with _store(db_url) as store, tqdm(desc="db verify", unit="row", file=sys.stderr, leave=False) as bar:
+    with store, tqdm(desc="db verify", unit="row", file=sys.stderr, leave=False) as bar:
 
         def progress(verdict, done: int, total: int) -> None:
             bar.total = total
@@ -509,17 +525,38 @@ def db_verify(gpu_name: str | None, db_url: str | None, kernels: tuple[str, ...]
 @db.command("merge")
 @click.argument("files", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False))
 @click.option("--db", "db_url", help="Target database (default: $AUTOTUNE_DB or ~/.cache).")
-def db_merge(files: tuple[str, ...], db_url: str | None) -> None:
-    """Merge best configs from FILES into the database, keeping the faster row of each key."""
-    from autotune.db import SchemaVersionError, as_url
+@click.option("--kernel", "kernels", multiple=True,
+              help="A kernel that is not registered (module:attr), so that its rows can be checked and merged "
+                   "(repeatable).")
+def db_merge(files: tuple[str, ...], db_url: str | None, kernels: tuple[str, ...]) -> None:
+    """Merge best configs from FILES into the database, keeping the faster row of each key. Every row of every
+    file is checked first (a registered kernel, its config in the kernel's space, its fields well formed); one
+    bad row and nothing is merged. All files are merged in one transaction."""
+    from autotune.db import StoreError
+    from autotune.ship.merge import read_files
 
+    specs = [_spec(k) for k in kernels]
+    try:
+        batches = read_files(files, specs)  # every file read and checked before the target is opened
+    except (StoreError, FileNotFoundError) as exc:
+        raise click.ClickException(str(exc)) from None
     with _store(db_url) as store:
-        for f in files:
-            try:
-                read, taken = store.merge(as_url(f))
-            except SchemaVersionError as exc:
-                raise click.ClickException(f"{f}: {exc}") from None
-            click.echo(f"{f}: {read} row(s) read, {taken} taken")
+        counts = store.merge_rows(batches)
+    for (f, _), (read, taken) in zip(batches, counts):
+        click.echo(f"{f}: {read} row(s) read, {taken} taken")
+
+
+@db.command("upgrade")
+@click.option("--db", "db_url", help="Database to upgrade: path or SQLAlchemy URL (default: $AUTOTUNE_DB or ~/.cache).")
+def db_upgrade(db_url: str | None) -> None:
+    """Bring a database written by an older autotune to this schema version, in place (reading never does)."""
+    from autotune.db import SCHEMA_VERSION
+
+    _require_database(db_url)
+    with _store(db_url) as store:
+        was = store.upgraded_from
+    click.echo(f"{store.where}: upgraded from schema version {was} to {SCHEMA_VERSION}" if was is not None
+               else f"{store.where}: already at schema version {SCHEMA_VERSION}")
 
 
 if __name__ == "__main__":

@@ -21,7 +21,7 @@ def postgres_server():
     from postgres_server import PostgresServer, ServerUnavailable
 
     try:
-        importlib.import_module("psycopg2")  # SQLAlchemy's PostgreSQL driver: the `postgres` extra
+        importlib.import_module("psycopg")  # SQLAlchemy's default PostgreSQL driver: the `postgres` extra
         server = PostgresServer.start()
     except (ImportError, ServerUnavailable) as exc:
         if os.environ.get("CI") == "true":

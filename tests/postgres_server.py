@@ -79,7 +79,8 @@ class PostgresServer:
             raise ServerUnavailable(f"{tool} failed: {exc}\n{detail}") from exc
 
     def url(self, database: str = "postgres") -> str:
-        return f"postgresql+psycopg2://autotune@127.0.0.1:{self.port}/{database}"
+        """The URL of a database on this server, in the form README documents (the `postgres` extra's driver)."""
+        return f"postgresql://autotune@127.0.0.1:{self.port}/{database}"
 
     def database(self) -> str:
         """A new, empty database's URL."""

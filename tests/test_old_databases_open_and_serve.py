@@ -1,5 +1,5 @@
-"""A database written before the verification columns existed (schema version 1) keeps working: read-only
-it is read as it is, writable it is upgraded in place, and either way the runtime serves its rows."""
+"""A database written before the verification columns existed (schema version 1) keeps working: read it is
+read as it is (the runtime serves its rows and leaves the file alone), written it is upgraded in place."""
 
 import contextlib
 import hashlib
@@ -8,9 +8,11 @@ import sqlite3
 
 import pytest
 import torch
+from click.testing import CliRunner
 from sqlalchemy import create_engine
 
 from autotune import db, gpu, runtime
+from autotune.cli import main
 from autotune.db import SCHEMA_VERSION, ConfigStore
 from autotune.kernels import add
 import autotune.kernels.vector_add.add as vector_add
@@ -47,6 +49,11 @@ def _sqlite(path):
             yield conn
     finally:
         conn.close()
+
+
+@pytest.fixture
+def cli_runner():
+    return CliRunner()
 
 
 @pytest.fixture
@@ -96,13 +103,22 @@ def test_an_old_shipped_database_serves_its_rows(old_db, tmp_path, monkeypatch):
     runtime.clear_cache()
 
 
-def test_an_old_user_database_is_upgraded_in_place_and_serves_its_rows(old_db, monkeypatch):
-    with _sqlite(old_db) as conn:
-        before = conn.execute("SELECT * FROM best_configs").fetchall()
+def test_an_old_user_database_serves_its_rows_and_is_left_as_it_is(old_db, monkeypatch):
+    before = hashlib.sha256(old_db.read_bytes()).hexdigest()
     monkeypatch.setenv("AUTOTUNE_DB", str(old_db))
     runtime.clear_cache()
     assert _launched(5000) == STORED
     runtime.clear_cache()
+    assert hashlib.sha256(old_db.read_bytes()).hexdigest() == before  # reading never upgrades
+    assert not _columns(old_db) & VERIFICATION_COLUMNS
+
+
+def test_a_writer_upgrades_an_old_database_in_place(old_db, cli_runner):
+    with _sqlite(old_db) as conn:
+        before = conn.execute("SELECT * FROM best_configs").fetchall()
+    result = cli_runner.invoke(main, ["db", "upgrade", "--db", str(old_db)])
+    assert result.exit_code == 0, result.output
+    assert f"upgraded from schema version 1 to {SCHEMA_VERSION}" in result.output
     assert VERIFICATION_COLUMNS <= _columns(old_db)
     with _sqlite(old_db) as conn:
         assert conn.execute("SELECT version FROM schema_info").fetchall() == [(SCHEMA_VERSION,)]
@@ -110,8 +126,11 @@ def test_an_old_user_database_is_upgraded_in_place_and_serves_its_rows(old_db, m
         assert conn.execute("PRAGMA journal_mode").fetchone() == ("delete",)  # the file keeps its journal
     assert [r[: len(before[0])] for r in after] == before and all(set(r[len(before[0]):]) == {None} for r in after)
     with ConfigStore(str(old_db)) as store:
+        assert store.upgraded_from is None  # already upgraded
         [row] = store.best_rows()
         assert store.record_verification(row, passed=True, seed=4, examples=10)
+    again = cli_runner.invoke(main, ["db", "upgrade", "--db", str(old_db)])
+    assert again.exit_code == 0 and f"already at schema version {SCHEMA_VERSION}" in again.output
 
 
 def test_an_old_database_merges_into_a_new_one(old_db, tmp_path):

@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from autotune import db, gpu, runtime
+from autotune.runtime import lookup
 from autotune.kernels import add
 import autotune.kernels.vector_add.add as vector_add
 from stored_rows import store_best

@@ -3,7 +3,20 @@
 from pathlib import Path
 
 from autotune.db.models import SCHEMA_VERSION
-from autotune.db.store import BestRow, ConfigStore, SchemaVersionError, StoreError, TrialRow, as_url, default_url
+from autotune.db.store import (
+    BestRow,
+    ConfigStore,
+    MergeError,
+    SchemaVersionError,
+    StoreError,
+    TrialRow,
+    UnreadableRowWarning,
+    as_url,
+    default_url,
+    masked_url,
+    rows_to_merge,
+    sqlite_path,
+)
 
 
 def shipped_path() -> Path:
@@ -15,10 +28,15 @@ __all__ = [
     "SCHEMA_VERSION",
     "BestRow",
     "ConfigStore",
+    "MergeError",
     "SchemaVersionError",
     "StoreError",
     "TrialRow",
+    "UnreadableRowWarning",
     "as_url",
     "default_url",
+    "masked_url",
+    "rows_to_merge",
     "shipped_path",
+    "sqlite_path",
 ]

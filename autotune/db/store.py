@@ -4,18 +4,22 @@ from __future__ import annotations
 
 import json
 import math
+import numbers
 import os
+import re
 import sqlite3
 import urllib.parse
-from collections.abc import Callable, Sequence
+import warnings
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, fields
 from datetime import datetime, timezone
 from pathlib import Path
 from types import TracebackType
 from typing import Any, TypeVar
 
-from sqlalchemy import Connection, Engine, URL, create_engine, delete, event, inspect, make_url, select, update
-from sqlalchemy.exc import DBAPIError, IntegrityError, ProgrammingError
+from sqlalchemy import (Connection, Engine, Select, URL, create_engine, delete, event, insert, inspect, make_url,
+                        select, update)
+from sqlalchemy.exc import ArgumentError, DBAPIError, IntegrityError, OperationalError, ProgrammingError
 from sqlalchemy.orm import Session
 
 from autotune.db import migrations
@@ -42,9 +46,31 @@ class SchemaVersionError(StoreError):
     """A database was written with another schema version than this autotune expects."""
 
     def __init__(self, where: str, found: int, expected: int = SCHEMA_VERSION) -> None:
-        super().__init__(f"{where} has schema version {found}, this autotune expects version {expected}")
+        newer = isinstance(found, int) and found > expected
+        super().__init__(
+            f"{where} has schema version {found}, this autotune expects version {expected}"
+            + (" (it was written by a newer autotune: upgrade autotune to read it)" if newer else "")
+        )
         self.found = found
         self.expected = expected
+
+
+class MergeError(StoreError):
+    """Rows of a database to merge cannot be taken as they are: none of the files is merged."""
+
+
+class UnreadableRowWarning(UserWarning):
+    """A stored row cannot be read (a date that does not parse, text where a number belongs): it is skipped
+    alone, the other rows are read."""
+
+
+def masked_url(url: str | URL) -> str:
+    """url as it may be printed: any password replaced by ***."""
+    try:
+        parsed = make_url(url)
+        return str(url) if parsed.password is None else parsed.render_as_string(hide_password=True)
+    except (ArgumentError, ValueError):
+        return re.sub(r"(://[^:/@]*):[^@/]*@", r"\1:***@", str(url))
 
 
 def _now() -> datetime:
@@ -159,17 +185,56 @@ class TrialRow:
         return _json_object(self.config_json, "config_json")
 
 
-def _check_time(value: float | None, what: str) -> None:
-    if value is not None and not (math.isfinite(value) and value > 0):
+def _said(exc: DBAPIError) -> str:
+    """What the driver said, on one line (drivers add hints on lines of their own)."""
+    return " ".join(str(exc.orig).split())
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _check_time(value: Any, what: str) -> None:
+    if value is not None and not (_is_number(value) and math.isfinite(value) and value > 0):
         raise ValueError(f"{what} must be a positive finite number of milliseconds, got {value!r}")
 
 
-def _check_aware(value: datetime) -> None:
-    if value.tzinfo is None:
-        raise ValueError(f"created_at must be timezone-aware, got {value!r}")
+def _check_aware(value: Any, what: str = "created_at") -> None:
+    if not isinstance(value, datetime) or value.tzinfo is None:
+        raise ValueError(f"{what} must be a timezone-aware datetime, got {value!r}")
+
+
+_TEXT_FIELDS = ("kernel", "source_hash", "gpu", "device_name", "dtype", "bucket", "config_json", "problem_json",
+                "triton_version", "torch_version")
+
+
+def _check_types(row: BestRow) -> None:
+    """ValueError unless each field of a stored row has its type: what a reader needs to use the row at all."""
+    for name in _TEXT_FIELDS:
+        if not isinstance(getattr(row, name), str):
+            raise ValueError(f"{name} must be text, got {getattr(row, name)!r}")
+    for name in ("time_ms", "default_time_ms", "baseline_time_ms"):
+        value = getattr(row, name)
+        if not (_is_number(value) or (value is None and name != "time_ms")):
+            raise ValueError(f"{name} must be a number, got {value!r}")
+    for name in ("examples_verified", "verify_seed", "verify_examples"):
+        value = getattr(row, name)
+        if not (_is_int(value) or (value is None and name != "examples_verified")):
+            raise ValueError(f"{name} must be an integer, got {value!r}")
+    for name in ("timing", "verify_failure_json"):
+        if getattr(row, name) is not None and not isinstance(getattr(row, name), str):
+            raise ValueError(f"{name} must be text, got {getattr(row, name)!r}")
+    _check_aware(row.created_at)
+    if row.verified_at is not None:
+        _check_aware(row.verified_at, "verified_at")
 
 
 def _check_best(row: BestRow) -> None:
+    _check_types(row)
     _json_object(row.config_json, "config_json")
     _json_object(row.problem_json, "problem_json")
     _check_time(row.time_ms, "time_ms")
@@ -179,7 +244,6 @@ def _check_best(row: BestRow) -> None:
         raise ValueError(f"timing must be one of {TIMINGS} or None, got {row.timing!r}")
     if row.examples_verified < 0:
         raise ValueError(f"examples_verified must be >= 0, got {row.examples_verified}")
-    _check_aware(row.created_at)
     _check_verification(row.verified_at, row.verify_seed, row.verify_examples, row.verify_passed, row.verify_failure_json)
 
 
@@ -190,7 +254,7 @@ def _check_verification(
     if any(given) and not all(given):
         raise ValueError("verified_at, verify_seed, verify_examples and verify_passed are given together or not at all")
     if at is not None:
-        _check_aware(at)
+        _check_aware(at, "verified_at")
     if examples is not None and examples < 0:
         raise ValueError(f"verify_examples must be >= 0, got {examples}")
     if failure_json is not None:
@@ -244,13 +308,12 @@ def _upsert(s: Session, row: BestRow) -> bool:
 
 
 def default_url() -> str:
-    """The user database: $AUTOTUNE_DB (a path or a SQLAlchemy URL), else ~/.cache/autotune/autotune.sqlite."""
+    """The user database: $AUTOTUNE_DB (a path or a SQLAlchemy URL), else ~/.cache/autotune/autotune.sqlite.
+    Nothing is created here: a writer creates the file, and its directory, when it opens it."""
     env = os.environ.get("AUTOTUNE_DB")
     if env:
         return as_url(env)
-    path = Path.home() / ".cache" / "autotune" / "autotune.sqlite"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    return as_url(str(path))
+    return as_url(str(Path.home() / ".cache" / "autotune" / "autotune.sqlite"))
 
 
 def as_url(path_or_url: str) -> str:
@@ -262,20 +325,49 @@ def as_url(path_or_url: str) -> str:
     return URL.create("sqlite", database=path).render_as_string(hide_password=False)
 
 
-def _sqlite_file(url: URL) -> str | None:
+def sqlite_path(url: str | URL) -> str | None:
     """The absolute path of a plain SQLite file URL, None for anything else (memory, uri=true, servers)."""
-    if url.get_backend_name() != "sqlite" or url.database in (None, "", ":memory:") or "uri" in url.query:
+    try:
+        parsed = make_url(url)
+    except (ArgumentError, ValueError):
         return None
-    return os.path.abspath(url.database)
+    if parsed.get_backend_name() != "sqlite" or parsed.database in (None, "", ":memory:") or "uri" in parsed.query:
+        return None
+    return os.path.abspath(parsed.database)
 
 
-def _readonly_sqlite_url(url: URL, path: str) -> URL:
-    query = {"mode": "ro", "uri": "true"}
-    # A WAL database needs its -shm file; where it cannot be created, SQLite only reads the file
-    # as immutable. No writer can be changing it there, since a writer would need that file too.
-    if not os.access(os.path.dirname(path), os.W_OK):
-        query["immutable"] = "1"
+def in_memory(url: str | URL) -> bool:
+    """Whether url names a SQLite database held in memory: it is gone when its process ends."""
+    try:
+        parsed = make_url(url)
+    except (ArgumentError, ValueError):
+        return False
+    database = parsed.database or ""
+    return parsed.get_backend_name() == "sqlite" and (
+        database in ("", ":memory:") or database.startswith("file::memory:") or "mode=memory" in database
+        or parsed.query.get("mode") == "memory"
+    )
+
+
+def _where(url: str) -> str:
+    """How messages name a database: a SQLite file by its path, anything else by its URL without the password."""
+    return sqlite_path(url) or masked_url(url)
+
+
+def _readonly_sqlite_url(url: URL, path: str, *, immutable: bool) -> URL:
+    query = {"mode": "ro", "uri": "true", **({"immutable": "1"} if immutable else {})}
     return url.set(database="file:" + urllib.parse.quote(path), query=query)
+
+
+# What SQLite says when a read-only connection cannot create or lock the -shm file a WAL database needs.
+_NO_WAL_INDEX = ("SQLITE_READONLY_DIRECTORY", "SQLITE_CANTOPEN", "SQLITE_READONLY_CANTINIT", "SQLITE_READONLY_CANTLOCK")
+
+
+def _wal_index_unavailable(exc: OperationalError) -> bool:
+    name = getattr(exc.orig, "sqlite_errorname", None)  # Python 3.11+
+    if name is not None:
+        return name in _NO_WAL_INDEX
+    return "readonly" in str(exc.orig) or "unable to open" in str(exc.orig)
 
 
 def _sqlite_engine(url: URL, *, readonly: bool, wal: bool) -> Engine:
@@ -309,56 +401,93 @@ def _sqlite_engine(url: URL, *, readonly: bool, wal: bool) -> Engine:
 
 
 def _open_engine(url: str | URL, *, readonly: bool, wal: bool = True) -> Engine:
+    """An engine on url. Read-only, a SQLite file must exist and is opened in SQLite's read-only mode, so
+    nothing is created or changed; a writer's file is created, with its directory, if it does not exist."""
     parsed = make_url(url)
-    path = _sqlite_file(parsed)
+    path = sqlite_path(parsed)
     if path is None:
         return create_engine(parsed)
-    if readonly:
-        if not os.path.isfile(path):
-            raise FileNotFoundError(f"no autotune database at {path}")
-        parsed = _readonly_sqlite_url(parsed, path)
-    else:
+    if not readonly:
         os.makedirs(os.path.dirname(path), exist_ok=True)
-    return _sqlite_engine(parsed, readonly=readonly, wal=wal)
+        return _sqlite_engine(parsed, readonly=False, wal=wal)
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"no autotune database at {path}")
+    engine = _sqlite_engine(_readonly_sqlite_url(parsed, path, immutable=False), readonly=True, wal=wal)
+    try:
+        with engine.connect() as conn:
+            conn.exec_driver_sql("SELECT count(*) FROM sqlite_master").scalar()
+    except OperationalError as exc:
+        engine.dispose()
+        if not _wal_index_unavailable(exc):
+            raise
+        # A WAL database is read through its -shm file, which cannot be created here (a read-only
+        # directory): SQLite then reads the file only as immutable. No writer can be changing it, since a
+        # writer would need that file too.
+        engine = _sqlite_engine(_readonly_sqlite_url(parsed, path, immutable=True), readonly=True, wal=wal)
+    return engine
 
 
-def _stored_version(s: Session, where: str) -> int | None:
-    """The database's schema version: None for a fresh one; SchemaVersionError unless it is this
-    autotune's or one it can upgrade."""
-    if not inspect(s.connection()).has_table(SchemaInfo.__tablename__):
-        return None
-    versions = set(s.scalars(select(SchemaInfo.version)))
-    if len(versions) > 1:
-        raise StoreError(f"{where} has several schema versions {sorted(versions)}")
-    found = versions.pop() if versions else None
-    if found is not None and found != SCHEMA_VERSION and found not in migrations.UPGRADABLE:
+def _check_autotune(conn: Connection, where: str, *, writing: bool) -> int | None:
+    """The schema version of an autotune database this autotune can read (and upgrade); None for a database
+    with no tables at all, which only a writer takes (it makes it an autotune database). StoreError for
+    anything else: a foreign database, a damaged one, one of an unknown (newer) schema."""
+    tables = set(inspect(conn).get_table_names())
+    if not tables:
+        if writing:
+            return None
+        raise StoreError(f"{where} is empty: not an autotune database")
+    if SchemaInfo.__tablename__ not in tables:
+        shown = ", ".join(sorted(tables)[:8]) + (", ..." if len(tables) > 8 else "")
+        raise StoreError(f"{where} is not an autotune database: it has no schema_info table (its tables: {shown})")
+    versions = set(conn.scalars(select(SchemaInfo.version)))
+    if len(versions) != 1:
+        found = "no schema version" if not versions else f"several schema versions {sorted(versions, key=str)}"
+        raise StoreError(f"{where} is damaged: {found}")
+    found = versions.pop()
+    if found != SCHEMA_VERSION and found not in migrations.UPGRADABLE:
         raise SchemaVersionError(where, found)
+    needed = [BestConfig.__table__, *((TrialRecord.__table__,) if writing else ())]
+    for table in needed:
+        if table.name not in tables:
+            raise StoreError(f"{where} is damaged: it has no {table.name} table")
+        # An older schema lacks the nullable columns added since; any other missing column is damage.
+        missing = migrations.missing_columns(conn, table)
+        lost = [c for c in missing if found == SCHEMA_VERSION or not table.c[c].nullable]
+        if lost:
+            raise StoreError(f"{where} is damaged: its {table.name} table has no column(s) {', '.join(lost)}")
     return found
 
 
-def _prepare(engine: Engine, where: str, *, readonly: bool) -> int:
-    """Check the schema version and return it; a writable database is first brought to this
-    autotune's version: created, or upgraded from an older one."""
+def _prepare(engine: Engine, where: str, *, readonly: bool) -> tuple[int, int | None]:
+    """(schema version it is read at, version found) once the database is known to be an autotune database:
+    a reader takes it as it is; a writer first makes a database with no tables a fresh one or upgrades an
+    older one, and makes sure it can write at all. StoreError for anything else, before any change."""
     if readonly:
-        with Session(engine) as s:
-            found = _stored_version(s, where)
-            if found is None:
-                raise StoreError(f"{where} is not an autotune database (no schema version)")
-        return found
+        with engine.connect() as conn:
+            found = _check_autotune(conn, where, writing=False)
+        return found, found
     for attempt in range(_WRITE_RETRIES):
+        changing = False  # creating or upgrading the tables, which another process may be doing at the same time
         try:
-            with Session(engine.execution_options(**{_IMMEDIATE: True})) as s, s.begin():
-                found = _stored_version(s, where)
-                Base.metadata.create_all(s.connection())
+            with engine.execution_options(**{_IMMEDIATE: True}).connect() as conn, conn.begin() as tx:
+                found = _check_autotune(conn, where, writing=True)
+                changing = found != SCHEMA_VERSION
                 if found is None:
-                    s.add(SchemaInfo(version=SCHEMA_VERSION))
+                    Base.metadata.create_all(conn)
+                    conn.execute(insert(SchemaInfo).values(version=SCHEMA_VERSION))
                 elif found != SCHEMA_VERSION:
-                    migrations.upgrade(s.connection(), found)
-            return SCHEMA_VERSION
+                    migrations.upgrade(conn, found)
+                else:
+                    # Nothing to change: write the version row over itself and roll back, so that a database
+                    # this process cannot write (a read-only file, directory or role) is refused now, before
+                    # a search has run, not at its first result.
+                    conn.execute(update(SchemaInfo).values(version=SchemaInfo.version))
+                    tx.rollback()
+            return SCHEMA_VERSION, found
         except (IntegrityError, ProgrammingError):
             # Another process created the tables (or upgraded them) at the same moment: a server database
             # cannot lock tables that do not exist yet (SQLite's IMMEDIATE lock can). The retry finds them.
-            if attempt == _WRITE_RETRIES - 1:
+            if not changing or attempt == _WRITE_RETRIES - 1:
                 raise
     raise AssertionError("unreachable")
 
@@ -372,29 +501,69 @@ def _readable_fields(engine: Engine, version: int) -> tuple[str, ...]:
     return tuple(f for f in _BEST_FIELDS if BestConfig.__mapper__.attrs[f].columns[0].name not in missing)
 
 
+def _unreadable_column(s: Session, query: Select, row_id: int) -> str | None:
+    """The first column of query whose value in row row_id cannot be read (a date that does not parse)."""
+    for column in query.selected_columns:
+        try:
+            s.execute(query.with_only_columns(column).where(BestConfig.id == row_id)).scalar()
+        except (ValueError, TypeError):
+            return column.name
+    return None
+
+
+def _decoded(values: dict[str, Any]) -> BestRow:
+    row = BestRow(**values)
+    _check_types(row)
+    return row
+
+
 class ConfigStore:
     """Best verified configs and search trials in one database.
 
+    Opening checks that the database is an autotune database of a schema this autotune reads (StoreError,
+    SchemaVersionError otherwise, before anything is changed).
+
     Args:
         url: a SQLAlchemy URL or a file path; None for `default_url()`.
-        readonly: never create or write; a SQLite file is opened in SQLite's read-only mode and must
-            exist (FileNotFoundError) and hold autotune tables (StoreError).
+        readonly: never create or write: a SQLite file is opened in SQLite's read-only mode and must exist
+            (FileNotFoundError); a database of an older schema is read as it is. Otherwise the database is
+            created if it has no tables, upgraded in place if it is older, and refused if it cannot be written.
     """
 
     def __init__(self, url: str | None = None, *, readonly: bool = False) -> None:
         self.url = as_url(url) if url is not None else default_url()
         self.readonly = readonly
-        where = make_url(self.url).render_as_string(hide_password=True)
-        self._engine = _open_engine(self.url, readonly=readonly)
+        self.where = _where(self.url)
+        """How messages name this database: a SQLite file's path, else the URL without its password."""
+        self.upgraded_from: int | None = None
+        """The older schema version this (writable) store was upgraded from when it was opened, if it was."""
+        try:
+            self._engine = _open_engine(self.url, readonly=readonly)
+        except (ArgumentError, ValueError) as exc:  # NoSuchModuleError is an ArgumentError
+            raise StoreError(f"{self.where} is not a database URL autotune can open: {exc}") from None
+        except ImportError as exc:
+            raise StoreError(f"{self.where}: its database driver is not installed ({exc}); for PostgreSQL, "
+                             "pip install 'autotune[postgres]'") from None
+        except DBAPIError as exc:
+            raise StoreError(f"cannot open {self.where}: {_said(exc)}") from None
         self._writer = self._engine.execution_options(**{_IMMEDIATE: True})
         try:
-            self._fields = _readable_fields(self._engine, _prepare(self._engine, where, readonly=readonly))
+            version, found = _prepare(self._engine, self.where, readonly=readonly)
+            self._fields = _readable_fields(self._engine, version)
         except DBAPIError as exc:
             self._engine.dispose()
-            raise StoreError(f"cannot open {where}: {exc.orig}") from exc
+            mode = "reading" if readonly else "writing"
+            raise StoreError(f"cannot open {self.where} for {mode}: {_said(exc)}") from None
         except BaseException:
             self._engine.dispose()
             raise
+        if not readonly and found is not None and found != SCHEMA_VERSION:
+            self.upgraded_from = found
+
+    @property
+    def in_memory(self) -> bool:
+        """Held in memory (sqlite:///:memory:): whatever is written is gone when this process ends."""
+        return in_memory(self.url)
 
     def __enter__(self) -> ConfigStore:
         return self
@@ -406,7 +575,7 @@ class ConfigStore:
 
     def __repr__(self) -> str:
         mode = ", readonly=True" if self.readonly else ""
-        return f"ConfigStore({make_url(self.url).render_as_string(hide_password=True)!r}{mode})"
+        return f"ConfigStore({masked_url(self.url)!r}{mode})"
 
     def close(self) -> None:
         """Close every pooled connection."""
@@ -439,15 +608,42 @@ class ConfigStore:
         source_hash: str | None = None,
         bucket: str | None = None,
     ) -> list[BestRow]:
-        """Best rows matching every given filter, ordered by kernel, gpu, dtype, bucket."""
-        wanted = {"kernel": kernel, "gpu": gpu, "dtype": dtype, "source_hash": source_hash, "bucket": bucket}
-        query = (
+        """Best rows matching every given filter, ordered by kernel, gpu, dtype, bucket. A row that cannot be
+        read (a date that does not parse, text where a number belongs) is left out with an UnreadableRowWarning."""
+        query = self._best_query(kernel=kernel, gpu=gpu, dtype=dtype, source_hash=source_hash, bucket=bucket)
+        rows, unreadable = self._read_best(query)
+        for why in unreadable:
+            warnings.warn(f"autotune: {self.where}: skipped {why}", UnreadableRowWarning, stacklevel=2)
+        return rows
+
+    def _best_query(self, **filters: str | None) -> Select:
+        return (
             select(*(getattr(BestConfig, f) for f in self._fields))
-            .filter_by(**{k: v for k, v in wanted.items() if v is not None})
+            .filter_by(**{k: v for k, v in filters.items() if v is not None})
             .order_by(BestConfig.kernel, BestConfig.gpu, BestConfig.dtype, BestConfig.bucket, BestConfig.source_hash)
         )
-        with Session(self._engine) as s:
-            return [BestRow(**r._asdict()) for r in s.execute(query)]
+
+    def _read_best(self, query: Select) -> tuple[list[BestRow], list[str]]:
+        """The rows query selects, and why each row that cannot be read was left out."""
+        try:
+            with Session(self._engine) as s:
+                result = s.execute(query)
+                try:
+                    return [_decoded(r._asdict()) for r in result], []
+                except (ValueError, TypeError):
+                    result.close()  # some row does not decode: read them one at a time, so that it hides no other
+                rows, unreadable = [], []
+                keys = query.with_only_columns(BestConfig.id, BestConfig.kernel, BestConfig.dtype, BestConfig.bucket)
+                for key in s.execute(keys).all():
+                    try:
+                        rows.append(_decoded(s.execute(query.where(BestConfig.id == key.id)).one()._asdict()))
+                    except (ValueError, TypeError) as exc:
+                        column = _unreadable_column(s, query, key.id)
+                        unreadable.append(f"row {key.id} ({key.kernel} {key.dtype} {key.bucket}): "
+                                          + (f"{column}: " if column and column not in str(exc) else "") + str(exc))
+                return rows, unreadable
+        except DBAPIError as exc:
+            raise StoreError(f"cannot read {self.where}: {_said(exc)}") from None
 
     def record_verification(
         self,
@@ -489,8 +685,11 @@ class ConfigStore:
             .filter_by(**{k: v for k, v in wanted.items() if v is not None})
             .order_by(TrialRecord.study, TrialRecord.number, TrialRecord.id)
         )
-        with Session(self._engine) as s:
-            return [_trial_row(m) for m in s.scalars(query)]
+        try:
+            with Session(self._engine) as s:
+                return [_trial_row(m) for m in s.scalars(query)]
+        except DBAPIError as exc:
+            raise StoreError(f"cannot read {self.where}: {_said(exc)}") from None
 
     def export(
         self,
@@ -530,10 +729,43 @@ class ConfigStore:
         return self._write(work)
 
     def merge(self, path_or_url: str | os.PathLike[str]) -> tuple[int, int]:
-        """Take each best row of another store that is faster than ours; returns (rows read, rows taken)."""
-        with ConfigStore(as_url(os.fspath(path_or_url)), readonly=True) as source:
-            rows = source.best_rows()
+        """Take each best row of another store that is faster than ours; returns (rows read, rows taken).
+        Rows are checked for form only (`autotune.merge` also checks them against their kernels); a file
+        with any bad row is refused whole."""
+        return self.merge_rows(rows_to_merge([path_or_url]))[0]
+
+    def merge_rows(self, batches: Sequence[tuple[str, Sequence[BestRow]]]) -> list[tuple[int, int]]:
+        """Take each row of each batch (from `rows_to_merge`) that is faster than ours, all in one transaction;
+        returns (rows read, rows taken) per batch."""
+        for _, rows in batches:
+            for row in rows:
+                _check_best(row)
+        return self._write(lambda s: [(len(rows), sum(_upsert(s, row) for row in rows)) for _, rows in batches])
+
+
+def rows_to_merge(
+    sources: Iterable[str | os.PathLike[str]], check: Callable[[BestRow], str | None] | None = None
+) -> list[tuple[str, list[BestRow]]]:
+    """(source, its best rows) for each source database, read-only, every row checked for form and by `check`
+    (why a row cannot be taken, or None). MergeError naming the bad rows if any row of any source is bad;
+    StoreError if a source is not an autotune database this autotune reads. Writes nothing anywhere."""
+    batches: list[tuple[str, list[BestRow]]] = []
+    problems: list[str] = []
+    for source in sources:
+        name = os.fspath(source)
+        with ConfigStore(as_url(name), readonly=True) as store:
+            rows, unreadable = store._read_best(store._best_query())
+        problems += [f"{name}: {why}" for why in unreadable]
         for row in rows:
-            _check_best(row)
-        taken = self._write(lambda s: sum(_upsert(s, row) for row in rows))
-        return len(rows), taken
+            try:
+                _check_best(row)
+                why = check(row) if check is not None else None
+            except ValueError as exc:
+                why = str(exc)
+            if why:
+                problems.append(f"{name}: row {row.id} ({row.kernel} {row.dtype} {row.bucket}): {why}")
+        batches.append((name, rows))
+    if problems:
+        more = f"; and {len(problems) - 5} more" if len(problems) > 5 else ""
+        raise MergeError(f"{len(problems)} row(s) cannot be merged, so nothing was: " + "; ".join(problems[:5]) + more)
+    return batches

@@ -21,8 +21,8 @@ from autotune import gpu
 from autotune.db import ConfigStore
 from autotune.engine.evaluate import Evaluator
 from autotune.engine.outcome import evaluated
-from autotune.engine.plan import (MAX_RETRIES, SearchOptions, budget_spent, check_gpu, check_request, create_study,
-                                  open_storage, plan_of)
+from autotune.engine.plan import (MAX_RETRIES, SearchOptions, budget_spent, check_gpu, check_request, check_store,
+                                  create_study, open_storage, plan_of)
 from autotune.engine.precompile import importable_name
 from autotune.engine.result import SearchResult, conclude_study
 from autotune.engine.study import WORKER_ATTR
@@ -74,6 +74,7 @@ def search_parallel(
     """Search each (problem, dtype) of jobs with local worker processes on shared studies in `storage`
     (default: a journal file in a temporary directory); workers on other hosts may join the same studies
     (`autotune worker`). Returns one result per job, like `search`'s."""
+    check_store(store)
     devices = worker_devices(workers, gpus)
     with tempfile.TemporaryDirectory(prefix="autotune-") as tmp:
         url = storage or os.path.join(tmp, "studies.journal")

@@ -133,6 +133,18 @@ def check_request(
     return info
 
 
+def check_store(store: ConfigStore | None) -> None:
+    """ValueError unless a search can keep its results in store (None: it stores nothing): checked before
+    any study, not at its first result."""
+    if store is None:
+        return
+    if store.readonly:
+        raise ValueError(f"{store.where} is opened read-only: a search stores its results there; open it writable")
+    if store.in_memory:
+        raise ValueError(f"{store.where} is held in memory and lost when this process ends: a search stores its "
+                         "results in a file or a database server; pass a path or a server URL")
+
+
 def default_max_numel(info: gpu.GPUInfo) -> int:
     """Largest Hypothesis-drawn problem a trial verifies on: small under the interpreter."""
     return (1 << 14) if info.is_interpreter else (1 << 20)

@@ -13,7 +13,7 @@ import torch
 from autotune.db import ConfigStore
 from autotune.engine import isolation
 from autotune.engine.evaluate import Evaluator
-from autotune.engine.plan import SearchOptions, check_request, create_study
+from autotune.engine.plan import SearchOptions, check_request, check_store, create_study
 from autotune.engine.precompile import CompilePool
 from autotune.engine.result import SearchResult, conclude_study
 from autotune.engine.study import run_trials
@@ -44,6 +44,7 @@ def search(
     compiles, runs and is timed in a worker process: one that crashes it or runs past the trial timeout is
     recorded as crashed or timeout and the worker restarted; this process never creates a CUDA context."""
     isolate = isolation.use_isolation(options.isolate, options.trial_timeout, spec)
+    check_store(store)
     problem = spec.problem_for(problem, dtype)
     info = check_request(spec, problem, dtype, options.gpu_name, isolated=isolate)
     study, plan = create_study(spec, problem, dtype, info, options, storage, store)

@@ -11,7 +11,7 @@ import torch
 
 from autotune import gpu, runtime
 from autotune.measure import bench
-from autotune.db import ConfigStore
+from autotune.db import ConfigStore, masked_url
 from autotune.engine.isolation import shared_workers
 from autotune.engine.precompile import CompilePool
 from autotune.measure.report import require_nonzero
@@ -101,7 +101,8 @@ def measure_off_bucket(
             record = {
                 "kernel": spec.name, "dtype": DTYPE_NAMES[dtype], "shape": shape_label(problem), "problem": problem,
                 "bucket": spec.bucket(problem), "source": choice.source, "tuned_for": choice.bucket,
-                "tuned_on": None if tuned_on is None else shape_label(tuned_on), "database": choice.database,
+                "tuned_on": None if tuned_on is None else shape_label(tuned_on),
+                "database": choice.database and masked_url(choice.database),
                 "runtime_config": choice.config, "exact_config": result.best_config,
                 "same_config": choice.config == result.best_config, "evaluations": result.evaluations,
                 "runtime_config_searched": any(t.config == choice.config for t in result.trials),

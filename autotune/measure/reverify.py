@@ -130,10 +130,10 @@ def _reverify_row(store: ConfigStore, row: BestRow, spec: KernelSpec | None, exa
         return RowVerdict(row.kernel, row.dtype, row.bucket, row.config_json, "skipped", detail=why)
 
     if spec is None:
-        try:
-            spec = registry.get(row.kernel)
-        except registry.UnknownKernel:
-            return skipped(f"unknown kernel {row.kernel!r} (pass --kernel module:attr)")
+        # A row names a kernel by its registered name; its text is data: never imported as a module:attr path.
+        if row.kernel not in registry.names():
+            return skipped(f"kernel {row.kernel!r} is not registered (load it to check its rows: --kernel module:attr)")
+        spec = registry.get(row.kernel)
     if row.source_hash != spec.source_hash:
         return skipped(f"tuned for another source of {spec.name} ({row.source_hash}): the runtime ignores it")
     try:

@@ -10,10 +10,13 @@ from autotune.db import BestRow, ConfigStore
 
 
 def database_urls() -> list[tuple[str, bool]]:
-    """(url, readonly) of the databases the runtime reads, most preferred first; only existing files."""
+    """(url, shipped) of the databases the runtime reads, most preferred first: the user database (unless it
+    is a SQLite file that does not exist) and the shipped one. Each is opened read-only: reading a database
+    never creates, upgrades or changes it."""
     urls: list[tuple[str, bool]] = []
     user = db.default_url()
-    if not user.startswith("sqlite:///") or os.path.exists(user.removeprefix("sqlite:///")):
+    path = db.sqlite_path(user)
+    if path is None or os.path.exists(path):
         urls.append((user, False))
     shipped = db.shipped_path()
     if shipped.exists():
@@ -24,13 +27,14 @@ def database_urls() -> list[tuple[str, bool]]:
 def read_rows(kernel: str, *, source_hash: str | None = None, gpu: str | None = None,
               skip: ConfigStore | None = None) -> list[tuple[str, list[BestRow] | Exception]]:
     """Each database's best rows of kernel matching the filters, most preferred database first: (url, rows),
-    or (url, the exception) for a database that cannot be read. `skip`: a store already read by the caller."""
+    or (url, the exception) for a database that cannot be read. `skip`: a store already read by the caller.
+    A url may hold a password: print it through `db.masked_url`."""
     found: list[tuple[str, list[BestRow] | Exception]] = []
-    for url, readonly in database_urls():
+    for url, _shipped in database_urls():
         if skip is not None and skip.url == url:
             continue
         try:
-            with ConfigStore(url, readonly=readonly) as store:
+            with ConfigStore(url, readonly=True) as store:
                 found.append((url, store.best_rows(kernel=kernel, source_hash=source_hash, gpu=gpu)))
         except Exception as exc:  # an unreadable database must not break a kernel call or a search
             found.append((url, exc))

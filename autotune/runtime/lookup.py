@@ -13,6 +13,7 @@ from typing import Any
 import torch
 
 from autotune import gpu
+from autotune.db.store import masked_url
 from autotune.runtime.databases import read_rows
 from autotune.space import Config, InvalidConfig, Problem
 from autotune.spec import DTYPE_NAMES, KernelSpec
@@ -128,7 +129,7 @@ class TunedConfigs:
         consulted, any_rows = read_rows(self.spec.name, gpu=gpu_name), False  # every dtype: any rows at all?
         for url, found in consulted:
             if isinstance(found, Exception):
-                ignored.append(f"database {url} unreadable ({type(found).__name__}: {found})")
+                ignored.append(f"database {masked_url(url)} unreadable ({type(found).__name__}: {found})")
                 continue
             any_rows = any_rows or bool(found)
             for row in found:

@@ -21,18 +21,19 @@ def verification_label(row: BestRow) -> str:
 def stored_rows(
     spec: KernelSpec, *, db_url: str | None = None, gpu: str | None = None, dtype: str | None = None
 ) -> list[dict]:
-    """Rows of spec's best configs: from db_url alone if given, else the user and shipped databases.
+    """Rows of spec's best configs: from db_url alone if given, else the user and shipped databases, each
+    read read-only (StoreError or FileNotFoundError where one is no autotune database this autotune reads).
 
     `current` says whether a row was tuned for this version of the kernel (the runtime uses only those);
     `verified` how its latest re-verification went (the runtime never serves a row that failed it); `timing`
     how its time_ms was taken (`autotune.db.store.TIMINGS`; None for rows stored before schema version 3).
     """
-    from autotune.db import ConfigStore, as_url
+    from autotune.db import ConfigStore, as_url, masked_url
 
     sources = [(as_url(db_url), False)] if db_url else database_urls()
     rows = []
-    for url, readonly in sources:
-        with ConfigStore(url, readonly=readonly) as store:
+    for url, shipped in sources:
+        with ConfigStore(url, readonly=True) as store:
             for r in store.best_rows(kernel=spec.name, gpu=gpu, dtype=dtype):
                 rows.append(
                     {
@@ -58,7 +59,7 @@ def stored_rows(
                         "verify_examples": r.verify_examples,
                         "verify_failure": r.verify_failure_json,
                         "current": r.source_hash == spec.source_hash,
-                        "source": "shipped" if readonly else url,
+                        "source": "shipped" if shipped else masked_url(url),
                     }
                 )
     return rows
