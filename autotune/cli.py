@@ -8,6 +8,7 @@ import io
 import json
 import os
 import sys
+import time
 from collections.abc import Sequence
 
 import click
@@ -114,13 +115,29 @@ def gpu_info() -> None:
 @click.option("--seed", default=0, show_default=True)
 def verify(kernel: str, config_json: str | None, dtypes: tuple[str, ...], examples: int, seed: int) -> None:
     """Check a config against float64 on Hypothesis-drawn problems; exit 1 on any failure."""
+    from tqdm import tqdm
+
     from autotune.verify import verify as run_verify
 
     spec = _spec(kernel)
     config = _config_option(spec, config_json or "{}", "--config")
     rows, failed = [], False
     for dtype in _dtypes(dtypes, spec):
-        result = run_verify(spec, config, dtype, examples=examples, seed=seed)
+        label, started = f"{spec.name} {DTYPE_NAMES[dtype]}", time.monotonic()
+        with tqdm(total=examples, desc=label, unit="problem", file=sys.stderr, leave=False) as bar:
+            failed_once = []
+
+            def checked(problem, failure) -> None:
+                if failure:
+                    failed_once.append(True)
+                bar.total = max(bar.total, bar.n + 1)  # shrinking a failure runs problems past those asked
+                bar.set_postfix_str(("shrinking a failure: " if failed_once else "") + shape_label(problem), refresh=False)
+                bar.update(1)
+                bar.refresh()  # each problem drawn: checks are slow enough, and the count is what a user waits on
+
+            result = run_verify(spec, config, dtype, examples=examples, seed=seed, on_check=checked)
+        click.echo(f"{label}: {'pass' if result.passed else 'FAIL'}, {result.examples} problems checked "
+                   f"in {time.monotonic() - started:.1f} s", err=True)
         failed |= not result.passed
         rows.append(
             {
@@ -130,7 +147,7 @@ def verify(kernel: str, config_json: str | None, dtypes: tuple[str, ...], exampl
                 "examples": result.examples,
                 "skipped": result.skipped,
                 "result": "pass" if result.passed else "FAIL",
-                "minimal failing problem": result.failure.describe() if result.failure else "",
+                "minimal failing problem": result.explain(),
             }
         )
     _emit(rows, "table")

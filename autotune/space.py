@@ -88,6 +88,21 @@ class SearchSpace:
                 return reason
         return None
 
+    def objections(self, config: Config, problem: Problem) -> dict[int, str]:
+        """Every constraint's reason not to run this (valid) config on problem, by the constraint's index:
+        `rejects` stops at the first; this says which constraints a config could never get past."""
+        found: dict[int, str] = {}
+        for i, constraint in enumerate(self.constraints):
+            try:
+                reason = constraint(config, problem)
+            except Exception:
+                if not found:
+                    raise
+                continue  # past a rejection a constraint may meet what the earlier ones rule out: not its verdict
+            if reason:
+                found[i] = reason
+        return found
+
     def with_overrides(self, **overrides: Any) -> Config:
         """The default config with some parameters changed (validated)."""
         return self.validate({**self.default, **overrides})
