@@ -55,11 +55,8 @@ def _require_database(url: str | None) -> None:
 def _config_option(spec: autotune.KernelSpec, text: str, option: str) -> dict:
     """A config given as a JSON object on the command line, keys left out taken from the default, validated."""
     try:
-        given = json.loads(text)
-        if not isinstance(given, dict):
-            raise ValueError(f"expected a JSON object, got {text!r}")
-        return spec.space.validate({**spec.space.default, **given})
-    except (json.JSONDecodeError, ValueError) as exc:
+        return spec.space.config_from_json(text)
+    except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint=option) from None
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import json
 import math
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -79,6 +80,19 @@ class SearchSpace:
             if isinstance(value, bool) or value not in p.values:
                 raise InvalidConfig(f"{p.name}={value!r} is not one of {list(p.values)}")
         return {n: config[n] for n in self.names}
+
+    def config_from_json(self, text: str) -> Config:
+        """A config written as a JSON object of parameter values, those left out taken from the default;
+        InvalidConfig saying what was expected where text is not such an object or its values are not in the space."""
+        first = self.params[0].name
+        expected = f"a JSON object of parameter values like '{json.dumps({first: self.default[first]})}'"
+        try:
+            given = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise InvalidConfig(f"expected {expected}, got {text!r}, which is not JSON ({exc.msg} at character {exc.pos})") from None
+        if not isinstance(given, dict):
+            raise InvalidConfig(f"expected {expected}, got {text!r}")
+        return self.validate({**self.default, **given})
 
     def rejects(self, config: Config, problem: Problem) -> str | None:
         """Why this (valid) config cannot run on problem, or None if it can."""
