@@ -90,17 +90,7 @@ def list_kernels() -> None:
 @main.command("gpu")
 def gpu_info() -> None:
     """The device kernels run on here, and its peaks."""
-    info = gpu.current_gpu()
-    rows = [
-        {"field": "name", "value": info.name},
-        {"field": "device", "value": info.device_name},
-        {"field": "compute capability", "value": info.compute_capability},
-        {"field": "SMs", "value": info.sm_count},
-        {"field": "memory GiB", "value": round(info.memory_bytes / 2**30, 1) if info.memory_bytes else None},
-        {"field": "peak GB/s (datasheet)", "value": info.peak_bandwidth_gbs},
-        {"field": "peak TFLOP/s (datasheet)", "value": info.peak_tflops or None},
-    ]
-    _emit(rows, "table")
+    _emit([{"field": field, "value": value} for field, value in gpu.current_gpu().describe()], "table")
 
 
 @main.command()
