@@ -147,7 +147,8 @@ def verify(kernel: str, config_json: str | None, dtypes: tuple[str, ...], exampl
 @click.option("--gpu", "gpu_name", default="auto", show_default=True, help="GPU to tune for; must be this machine's.")
 @click.option("--dtype", "dtypes", multiple=True, help="Repeatable; default: all the kernel supports.")
 @click.option("--shape", "shapes", multiple=True, help="Problem shape like 4096x8192 (repeatable; default: presets).")
-@click.option("--trials", default=50, show_default=True, help="Trials per study.")
+@click.option("--trials", default=50, show_default=True,
+              help="Distinct configs evaluated per study (repeats and configs the constraints reject not counted).")
 @click.option("--timeout", type=float, help="Seconds per study.")
 @click.option("--sampler", type=click.Choice(["tpe", "gp", "random", "grid"]), default="tpe", show_default=True)
 @click.option("--db", "db_url", help="Config database: path or SQLAlchemy URL (default: $AUTOTUNE_DB or ~/.cache).")
@@ -179,7 +180,7 @@ def search(kernel, gpu_name, dtypes, shapes, trials, timeout, sampler, db_url, s
 
     from autotune.isolation import shared_workers, use_isolation
     from autotune.precompile import CompilePool, default_workers
-    from autotune.search import check_gpu, search as run_search
+    from autotune.search import TrialTally, check_gpu, check_job, search as run_search, study_budget
 
     spec = _spec(kernel)
     warm_start = [_config_option(spec, text, "--warm-start") for text in warm_start]
@@ -188,12 +189,18 @@ def search(kernel, gpu_name, dtypes, shapes, trials, timeout, sampler, db_url, s
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None
     try:
-        check_gpu(gpu_name, isolated=isolate)
+        info = check_gpu(gpu_name, isolated=isolate)
         problems = [spec.parse_shape(s) for s in shapes] or list(spec.presets_here())
     except gpu.GPUMismatchError as exc:
         raise click.ClickException(str(exc)) from None
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--shape") from None
+    try:  # before any study starts: a problem too large for the device is one line, not an out-of-memory error
+        for dtype in _dtypes(dtypes, spec):
+            for problem in problems:
+                check_job(spec, spec.problem_for(problem, dtype), dtype, info)
+    except ValueError as exc:
+        raise click.ClickException(str(exc)) from None
     gpu.warn_if_interpreter_timings()
     if storage or workers or gpus:
         if compile_workers:
@@ -212,17 +219,20 @@ def search(kernel, gpu_name, dtypes, shapes, trials, timeout, sampler, db_url, s
         for dtype in _dtypes(dtypes, spec):
             for problem in problems:
                 label = f"{spec.name} {DTYPE_NAMES[dtype]} {spec.bucket(problem)}"
-                with tqdm(total=trials, desc=label, file=sys.stderr, leave=False) as bar:
+                budget = study_budget(spec, spec.problem_for(problem, dtype), sampler, trials)
+                tally = TrialTally()  # the bar counts as the budget does: distinct configs evaluated
+                with tqdm(total=budget, desc=label, unit="config", file=sys.stderr, leave=False) as bar:
 
                     def tick(outcome, best_ms):
-                        bar.update(1)
-                        bar.set_postfix_str(f"best {best_ms:.4g} ms" if best_ms else outcome.outcome)
+                        counted = tally.add(outcome)
+                        note = f"best {best_ms:.4g} ms" if best_ms else outcome.outcome
+                        bar.set_postfix_str(", ".join(filter(None, [note, tally.uncounted()])), refresh=not counted)
+                        bar.update(int(counted))
                         if outcome.outcome in FAULT_OUTCOMES:
                             bar.write(_fault_line(label, outcome), file=sys.stderr)
 
                     def final_checked(config, verdict, seconds):
-                        outcome = "passed" if verdict.passed else (
-                            f"failed: {verdict.failure.describe()}" if verdict.failure else "applies to no problem drawn")
+                        outcome = "passed" if verdict.passed else f"failed: {verdict.explain()}"
                         bar.write(f"{label}: final check of {json.dumps(config)}: {outcome} "
                                   f"({verdict.examples} problems, {seconds:.1f} s)", file=sys.stderr)
 
@@ -233,7 +243,7 @@ def search(kernel, gpu_name, dtypes, shapes, trials, timeout, sampler, db_url, s
                         warm_start=warm_start, on_final_check=final_checked,
                     )
                 phases = ", ".join(f"{k} {v:.1f}" for k, v in result.seconds.items())
-                click.echo(f"{label}: {result.evaluations} evaluated, {result.compiled_ahead} compiled ahead; seconds: {phases}",
+                click.echo(f"{label}: {result.evaluated_summary()}; {result.compiled_ahead} compiled ahead; seconds: {phases}",
                            err=True)
                 rows.append(_search_row(spec, result))
     _emit(rows, fmt)
@@ -304,7 +314,6 @@ def _fault_line(label: str, outcome) -> str:
 
 
 def _search_row(spec: autotune.KernelSpec, r) -> dict:
-    counts = r.counts()
     return {
         "kernel": r.kernel,
         "dtype": r.dtype,
@@ -315,7 +324,7 @@ def _search_row(spec: autotune.KernelSpec, r) -> dict:
         "rate": "n/a (interpreter)" if r.gpu == gpu.CPU_INTERPRETER else (r.rate.headline(spec.bound) if r.rate else ""),
         "vs default": r.speedup_vs_default,
         "vs torch": r.speedup_vs_baseline,
-        "trials": " ".join(f"{k}:{v}" for k, v in sorted(counts.items())),
+        "trials": r.tally().describe(),
         "stored": r.stored,
     }
 

@@ -18,7 +18,7 @@ from autotune import bench, gpu
 from autotune.db import BestRow, ConfigStore, TrialRow
 from autotune.precompile import CompilePool
 from autotune.space import Config, Problem
-from autotune.spec import DTYPE_NAMES, KernelSpec
+from autotune.spec import DTYPE_NAMES, KernelSpec, shape_label
 from autotune.verify import (KnownFailure, ReferenceCache, VerifyResult, check_problem, draw_problems, outputs_like,
                              verify)
 
@@ -65,6 +65,7 @@ class SearchResult:
     compiled_ahead: int = 0  # configs built by compile-ahead workers before their turn
     seconds: dict[str, float] = field(default_factory=dict)  # wall time by phase: where a search's time went
     best_timing: str | None = None  # how best_ms was taken: one of autotune.db.store.TIMINGS
+    budget: int | None = None  # distinct configs the study was to evaluate (`study_budget`); None where not known
 
     @property
     def speedup_vs_default(self) -> float | None:
@@ -74,11 +75,76 @@ class SearchResult:
     def speedup_vs_baseline(self) -> float | None:
         return self.baseline_ms / self.best_ms if self.best_ms and self.baseline_ms else None
 
-    def counts(self) -> dict[str, int]:
-        out: dict[str, int] = {}
+    def tally(self) -> TrialTally:
+        """The trials counted as the budget counts them (see TrialTally)."""
+        tally = TrialTally()
         for t in self.trials:
-            out[t.outcome] = out.get(t.outcome, 0) + 1
+            tally.add(t)
+        return tally
+
+    def counts(self) -> dict[str, int]:
+        """Distinct configs tried, by outcome (a config proposed again counts once)."""
+        return self.tally().counts()
+
+    def evaluated_summary(self) -> str:
+        """'20 of 20 asked evaluated, in 25 trials (...)': how the trials came to the budget, and why they fell
+        short of it where they did."""
+        tally = self.tally()
+        asked = f" of {self.budget} asked" if self.budget is not None else ""
+        text = f"{self.evaluations}{asked} evaluated"
+        if len(self.trials) != self.evaluations:
+            text += f", in {len(self.trials)} trials ({tally.uncounted()})"
+        if self.budget is not None and self.evaluations < self.budget:
+            capped = len(self.trials) >= self.budget * MAX_TRIALS_PER_EVALUATION
+            text += ("; stopped at the cap of trials: the sampler kept proposing configs already tried or rejected"
+                     if capped else "; stopped early: the timeout ran out")
+        return text
+
+
+class TrialTally:
+    """A study's trials counted as its budget counts them: distinct configs, each by the outcome it had. A
+    config proposed again (a repeat: its first outcome reused, nothing run) and a config the space's
+    constraints reject (never compiled) take no step of the budget."""
+
+    def __init__(self) -> None:
+        self.outcomes: dict[str, str] = {}  # config key -> outcome of its first trial
+        self.repeats = 0
+
+    def add(self, outcome: TrialOutcome) -> bool:
+        """Count one trial; True where it evaluated a config not tried before: one step of the budget."""
+        key = json.dumps(outcome.config, sort_keys=True)
+        if key in self.outcomes:
+            self.repeats += 1
+            return False
+        self.outcomes[key] = outcome.outcome
+        return outcome.outcome != "invalid"
+
+    @property
+    def evaluated(self) -> int:
+        return sum(o != "invalid" for o in self.outcomes.values())
+
+    @property
+    def rejected(self) -> int:
+        return sum(o == "invalid" for o in self.outcomes.values())
+
+    def counts(self) -> dict[str, int]:
+        """Distinct configs by outcome."""
+        out: dict[str, int] = {}
+        for o in self.outcomes.values():
+            out[o] = out.get(o, 0) + 1
         return out
+
+    def uncounted(self) -> str:
+        """The trials that took no step of the budget: 'not counted: 4 repeats, 1 rejected by the constraints'."""
+        parts = [f"{self.repeats} repeat{'s' * (self.repeats != 1)}"] if self.repeats else []
+        if self.rejected:
+            parts.append(f"{self.rejected} rejected by the constraints")
+        return "not counted: " + ", ".join(parts) if parts else ""
+
+    def describe(self) -> str:
+        """'invalid:1 ok:20 (+4 repeats)': distinct configs by outcome, and the repeats."""
+        text = " ".join(f"{k}:{v}" for k, v in sorted(self.counts().items()))
+        return text + (f" (+{self.repeats} repeat{'s' * (self.repeats != 1)})" if self.repeats else "")
 
 
 def check_gpu(requested: str, *, isolated: bool = False) -> gpu.GPUInfo:
@@ -98,12 +164,47 @@ def check_request(
     """The GPU a search of problem in dtype measures, once the kernel can run it; ValueError if not.
     `isolated`: asked of a worker process (see check_gpu)."""
     info = check_gpu(gpu_name, isolated=isolated)
+    check_job(spec, problem, dtype, info)
+    return info
+
+
+def check_job(spec: KernelSpec, problem: Problem, dtype: torch.dtype, info: gpu.GPUInfo) -> None:
+    """ValueError unless the kernel can search problem in dtype on the device `info` describes: the dtype
+    supported, the default config runs on it (the runtime's fallback), and it fits the device's memory
+    (`check_fits`)."""
     if dtype not in spec.dtypes:
         raise ValueError(f"dtype {dtype} is not supported by {spec.name}; expected one of {spec.dtypes}")
     reason = spec.space.rejects(spec.space.default, problem)
     if reason:
         raise ValueError(f"{spec.name}: the default config cannot run on {problem}: {reason}")
-    return info
+    check_fits(spec, problem, dtype, info)
+
+
+def memory_needed(spec: KernelSpec, problem: Problem, dtype: torch.dtype) -> int:
+    """Bytes a search of problem in dtype holds at once at least: its inputs and outputs (the kernel's
+    minimum bytes moved), and those again in float64 while the reference computes."""
+    moved = spec.cost(problem, dtype).bytes
+    return int(moved + moved * torch.finfo(torch.float64).bits / torch.finfo(dtype).bits)
+
+
+def check_fits(spec: KernelSpec, problem: Problem, dtype: torch.dtype, info: gpu.GPUInfo) -> None:
+    """ValueError where problem cannot fit the device's memory (the host's under the interpreter): said before
+    anything is allocated, not as an out-of-memory error minutes in. Unknown memory is not checked."""
+    if not info.memory_bytes:
+        return
+    needed = memory_needed(spec, problem, dtype)
+    if needed > info.memory_bytes:
+        where = "this machine's memory (the interpreter's device)" if info.is_interpreter else f"the {info.name}'s memory"
+        raise ValueError(
+            f"{spec.name} {shape_label(problem)} in {DTYPE_NAMES[dtype]} needs at least {needed / 2**30:.1f} GiB (its "
+            f"inputs and outputs, and their float64 copies for the reference), more than {where}: "
+            f"{info.memory_bytes / 2**30:.1f} GiB")
+
+
+def study_budget(spec: KernelSpec, problem: Problem, sampler: str, trials: int) -> int:
+    """Distinct configs a study of problem evaluates at most: `trials`, or with the grid sampler every config
+    the constraints allow on it (problem as `spec.problem_for` gives it)."""
+    return len(spec.space.grid_for(problem)) if sampler == "grid" else trials
 
 
 def default_max_numel(info: gpu.GPUInfo) -> int:
@@ -316,7 +417,7 @@ def search(
         grid = spec.space.grid_for(problem)
         for config in grid:
             study.enqueue_trial(config, skip_if_exists=True)
-        budget = len(grid)
+        budget = len(grid)  # as study_budget counts it
     else:
         budget = trials
 
@@ -341,7 +442,7 @@ def search(
             kernel=spec.name, gpu=info.name, dtype=DTYPE_NAMES[dtype], bucket=bucket, problem=problem,
             best_config=None, best_ms=None, default_ms=None, baseline_ms=evaluator.baseline_ms(),
             examples_verified=0, rate=None, trials=outcomes, evaluations=evaluator.evaluated(), study_name=name,
-            compiled_ahead=evaluator.compiled_ahead, seconds=evaluator.seconds,
+            compiled_ahead=evaluator.compiled_ahead, seconds=evaluator.seconds, budget=budget,
         )
         result.default_ms = evaluator(dict(spec.space.default)).time_ms
 
