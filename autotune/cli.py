@@ -405,7 +405,7 @@ def bench(kernels, all_kernels, against, gpu_name, dtypes, shapes, plot_path, gr
 @click.option("--format", "fmt", type=FORMATS, default="table", show_default=True)
 def query(kernel: str, gpu_name: str | None, dtype: str | None, db_url: str | None, fmt: str) -> None:
     """Show stored best configs of KERNEL with their evidence."""
-    from autotune.query import stored_rows
+    from autotune.query import gpus_with_rows_note, stored_rows
 
     spec = _spec(kernel)
     if dtype:
@@ -419,6 +419,10 @@ def query(kernel: str, gpu_name: str | None, dtype: str | None, db_url: str | No
         keep = ("gpu", "dtype", "bucket", "config", "time_ms", "timing", "vs_default", "vs_torch", "examples", "verified",
                 "current", "source")
         rows = [{k: r[k] for k in keep} for r in rows]
+    if not rows and gpu_name:  # say which GPUs have rows; on stderr where stdout is for machines
+        click.echo(gpus_with_rows_note(spec, gpu_name, db_url=db_url, dtype=dtype), err=fmt != "table")
+        if fmt == "table":
+            return
     _emit(rows, fmt)
 
 
