@@ -8,6 +8,7 @@ import io
 import json
 import os
 import sys
+import time
 from collections.abc import Sequence
 
 import click
@@ -67,11 +68,8 @@ def _require_database(url: str | None) -> None:
 def _config_option(spec: autotune.KernelSpec, text: str, option: str) -> dict:
     """A config given as a JSON object on the command line, keys left out taken from the default, validated."""
     try:
-        given = json.loads(text)
-        if not isinstance(given, dict):
-            raise ValueError(f"expected a JSON object, got {text!r}")
-        return spec.space.validate({**spec.space.default, **given})
-    except (json.JSONDecodeError, ValueError) as exc:
+        return spec.space.config_from_json(text)
+    except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint=option) from None
 
 
@@ -105,17 +103,7 @@ def list_kernels() -> None:
 @main.command("gpu")
 def gpu_info() -> None:
     """The device kernels run on here, and its peaks."""
-    info = gpu.current_gpu()
-    rows = [
-        {"field": "name", "value": info.name},
-        {"field": "device", "value": info.device_name},
-        {"field": "compute capability", "value": info.compute_capability},
-        {"field": "SMs", "value": info.sm_count},
-        {"field": "memory GiB", "value": round(info.memory_bytes / 2**30, 1) if info.memory_bytes else None},
-        {"field": "peak GB/s (datasheet)", "value": info.peak_bandwidth_gbs},
-        {"field": "peak TFLOP/s (datasheet)", "value": info.peak_tflops or None},
-    ]
-    _emit(rows, "table")
+    _emit([{"field": field, "value": value} for field, value in gpu.current_gpu().describe()], "table")
 
 
 @main.command()
@@ -127,13 +115,29 @@ def gpu_info() -> None:
 @click.option("--seed", default=0, show_default=True)
 def verify(kernel: str, config_json: str | None, dtypes: tuple[str, ...], examples: int, seed: int) -> None:
     """Check a config against float64 on Hypothesis-drawn problems; exit 1 on any failure."""
+    from tqdm import tqdm
+
     from autotune.gate.verify import verify as run_verify
 
     spec = _spec(kernel)
     config = _config_option(spec, config_json or "{}", "--config")
     rows, failed = [], False
     for dtype in _dtypes(dtypes, spec):
-        result = run_verify(spec, config, dtype, examples=examples, seed=seed)
+        label, started = f"{spec.name} {DTYPE_NAMES[dtype]}", time.monotonic()
+        with tqdm(total=examples, desc=label, unit="problem", file=sys.stderr, leave=False) as bar:
+            failed_once = []
+
+            def checked(problem, failure) -> None:
+                if failure:
+                    failed_once.append(True)
+                bar.total = max(bar.total, bar.n + 1)  # shrinking a failure runs problems past those asked
+                bar.set_postfix_str(("shrinking a failure: " if failed_once else "") + shape_label(problem), refresh=False)
+                bar.update(1)
+                bar.refresh()  # each problem drawn: checks are slow enough, and the count is what a user waits on
+
+            result = run_verify(spec, config, dtype, examples=examples, seed=seed, on_check=checked)
+        click.echo(f"{label}: {'pass' if result.passed else 'FAIL'}, {result.examples} problems checked "
+                   f"in {time.monotonic() - started:.1f} s", err=True)
         failed |= not result.passed
         rows.append(
             {
@@ -143,7 +147,7 @@ def verify(kernel: str, config_json: str | None, dtypes: tuple[str, ...], exampl
                 "examples": result.examples,
                 "skipped": result.skipped,
                 "result": "pass" if result.passed else "FAIL",
-                "minimal failing problem": result.failure.describe() if result.failure else "",
+                "minimal failing problem": result.explain(),
             }
         )
     _emit(rows, "table")
@@ -156,7 +160,8 @@ def verify(kernel: str, config_json: str | None, dtypes: tuple[str, ...], exampl
 @click.option("--gpu", "gpu_name", default="auto", show_default=True, help="GPU to tune for; must be this machine's.")
 @click.option("--dtype", "dtypes", multiple=True, help="Repeatable; default: all the kernel supports.")
 @click.option("--shape", "shapes", multiple=True, help="Problem shape like 4096x8192 (repeatable; default: presets).")
-@click.option("--trials", default=50, show_default=True, help="Trials per study.")
+@click.option("--trials", default=50, show_default=True,
+              help="Distinct configs evaluated per study (repeats and configs the constraints reject not counted).")
 @click.option("--timeout", type=float, help="Seconds per study.")
 @click.option("--sampler", type=click.Choice(["tpe", "gp", "random", "grid"]), default="tpe", show_default=True)
 @click.option("--db", "db_url", help="Config database: path or SQLAlchemy URL (default: $AUTOTUNE_DB or ~/.cache).")
@@ -189,7 +194,8 @@ def search(kernel, gpu_name, dtypes, shapes, trials, timeout, sampler, db_url, s
     from tqdm import tqdm
 
     from autotune.engine.isolation import shared_workers, use_isolation
-    from autotune.engine.plan import SearchOptions, check_gpu
+    from autotune.engine.outcome import TrialTally
+    from autotune.engine.plan import SearchOptions, check_gpu, check_job, study_budget
     from autotune.engine.precompile import CompilePool, default_workers
     from autotune.engine.search import search as run_search
 
@@ -200,12 +206,18 @@ def search(kernel, gpu_name, dtypes, shapes, trials, timeout, sampler, db_url, s
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None
     try:
-        check_gpu(gpu_name, isolated=isolate)
+        info = check_gpu(gpu_name, isolated=isolate)
         problems = [spec.parse_shape(s) for s in shapes] or list(spec.presets_here())
     except gpu.GPUMismatchError as exc:
         raise click.ClickException(str(exc)) from None
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--shape") from None
+    try:  # before any study starts: a problem too large for the device is one line, not an out-of-memory error
+        for dtype in _dtypes(dtypes, spec):
+            for problem in problems:
+                check_job(spec, spec.problem_for(problem, dtype), dtype, info)
+    except ValueError as exc:
+        raise click.ClickException(str(exc)) from None
     gpu.warn_if_interpreter_timings()
     if storage or workers or gpus:
         if compile_workers:
@@ -224,17 +236,20 @@ def search(kernel, gpu_name, dtypes, shapes, trials, timeout, sampler, db_url, s
         for dtype in _dtypes(dtypes, spec):
             for problem in problems:
                 label = f"{spec.name} {DTYPE_NAMES[dtype]} {spec.bucket(problem)}"
-                with tqdm(total=trials, desc=label, file=sys.stderr, leave=False) as bar:
+                budget = study_budget(spec, spec.problem_for(problem, dtype), sampler, trials)
+                tally = TrialTally()  # the bar counts as the budget does: distinct configs evaluated
+                with tqdm(total=budget, desc=label, unit="config", file=sys.stderr, leave=False) as bar:
 
                     def tick(outcome, best_ms):
-                        bar.update(1)
-                        bar.set_postfix_str(f"best {best_ms:.4g} ms" if best_ms else outcome.outcome)
+                        counted = tally.add(outcome)
+                        note = f"best {best_ms:.4g} ms" if best_ms else outcome.outcome
+                        bar.set_postfix_str(", ".join(filter(None, [note, tally.uncounted()])), refresh=not counted)
+                        bar.update(int(counted))
                         if outcome.outcome in FAULTS:
                             bar.write(_fault_line(label, outcome), file=sys.stderr)
 
                     def final_checked(config, verdict, seconds):
-                        outcome = "passed" if verdict.passed else (
-                            f"failed: {verdict.failure.describe()}" if verdict.failure else "applies to no problem drawn")
+                        outcome = "passed" if verdict.passed else f"failed: {verdict.explain()}"
                         bar.write(f"{label}: final check of {json.dumps(config)}: {outcome} "
                                   f"({verdict.examples} problems, {seconds:.1f} s)", file=sys.stderr)
 
@@ -245,7 +260,7 @@ def search(kernel, gpu_name, dtypes, shapes, trials, timeout, sampler, db_url, s
                     )
                     result = run_search(spec, problem, dtype, options, store=store, storage=storage, compile_workers=pool)
                 phases = ", ".join(f"{k} {v:.1f}" for k, v in result.seconds.items())
-                click.echo(f"{label}: {result.evaluations} evaluated, {result.compiled_ahead} compiled ahead; seconds: {phases}",
+                click.echo(f"{label}: {result.evaluated_summary()}; {result.compiled_ahead} compiled ahead; seconds: {phases}",
                            err=True)
                 rows.append(_search_row(spec, result))
     _emit(rows, fmt)
@@ -314,7 +329,6 @@ def _fault_line(label: str, outcome) -> str:
 
 
 def _search_row(spec: autotune.KernelSpec, r) -> dict:
-    counts = r.counts()
     return {
         "kernel": r.kernel,
         "dtype": r.dtype,
@@ -325,7 +339,7 @@ def _search_row(spec: autotune.KernelSpec, r) -> dict:
         "rate": "n/a (interpreter)" if r.gpu == gpu.CPU_INTERPRETER else (r.rate.headline(spec.bound) if r.rate else ""),
         "vs default": r.speedup_vs_default,
         "vs torch": r.speedup_vs_baseline,
-        "trials": " ".join(f"{k}:{v}" for k, v in sorted(counts.items())),
+        "trials": r.tally().describe(),
         "stored": r.stored,
     }
 
@@ -408,7 +422,7 @@ def bench(kernels, all_kernels, against, gpu_name, dtypes, shapes, plot_path, gr
 def query(kernel: str, gpu_name: str | None, dtype: str | None, db_url: str | None, fmt: str) -> None:
     """Show stored best configs of KERNEL with their evidence."""
     from autotune.db import StoreError
-    from autotune.runtime.query import stored_rows
+    from autotune.runtime.query import gpus_with_rows_note, stored_rows
 
     spec = _spec(kernel)
     if dtype:
@@ -425,6 +439,10 @@ def query(kernel: str, gpu_name: str | None, dtype: str | None, db_url: str | No
         keep = ("gpu", "dtype", "bucket", "config", "time_ms", "timing", "vs_default", "vs_torch", "examples", "verified",
                 "current", "source")
         rows = [{k: r[k] for k in keep} for r in rows]
+    if not rows and gpu_name:  # say which GPUs have rows; on stderr where stdout is for machines
+        click.echo(gpus_with_rows_note(spec, gpu_name, db_url=db_url, dtype=dtype), err=fmt != "table")
+        if fmt == "table":
+            return
     _emit(rows, fmt)
 
 

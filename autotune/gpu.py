@@ -60,6 +60,24 @@ class GPUInfo:
     def is_interpreter(self) -> bool:
         return self.name == CPU_INTERPRETER
 
+    def describe(self) -> list[tuple[str, str]]:
+        """(field, value) pairs for people, every value filled: what the interpreter has no figure for
+        says why."""
+        none = "none: no CUDA device (Triton interpreter)" if self.is_interpreter else "unknown"
+        memory = "unknown" if not self.memory_bytes else f"{self.memory_bytes / 2**30:.1f}" + (
+            " (host memory: the interpreter's tensors live there)" if self.is_interpreter else "")
+        no_peak = "n/a: interpreter timings are not GPU timings" if self.is_interpreter else "unknown (not in gpu.MODELS)"
+        peaks = ", ".join(f"{dtype} {rate:g}" for dtype, rate in self.peak_tflops.items() if rate)
+        return [
+            ("name", self.name),
+            ("device", self.device_name),
+            ("compute capability", ".".join(map(str, self.compute_capability)) if self.compute_capability else none),
+            ("SMs", str(self.sm_count) if self.sm_count else none),
+            ("memory GiB", memory),
+            ("peak GB/s (datasheet)", f"{self.peak_bandwidth_gbs:g}" if self.peak_bandwidth_gbs else no_peak),
+            ("peak TFLOP/s (datasheet)", peaks or no_peak),
+        ]
+
 
 class GPUMismatchError(RuntimeError):
     """A search was asked to measure a GPU other than the one it runs on."""
@@ -117,7 +135,7 @@ def current_gpu() -> GPUInfo:
     """Identity of the device the kernels run on now."""
     dev = device()
     if dev.type == "cpu":
-        return GPUInfo(CPU_INTERPRETER, "Triton interpreter on CPU", None, None, None, None, {})
+        return GPUInfo(CPU_INTERPRETER, "Triton interpreter on CPU", None, None, host_memory_bytes(), None, {})
     props = torch.cuda.get_device_properties(dev)
     name = canonical_name(props.name)
     model = next((m for m in MODELS if m.name == name), None)
@@ -130,6 +148,14 @@ def current_gpu() -> GPUInfo:
         peak_bandwidth_gbs=model.bandwidth_gbs if model else None,
         peak_tflops=dict(model.tflops) if model else {},
     )
+
+
+def host_memory_bytes() -> int | None:
+    """This machine's physical memory, where the interpreter's tensors live; None where the OS does not say."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, ValueError, OSError):  # no sysconf (Windows), or no such name
+        return None
 
 
 def require_gpu(requested: str | None, reason: str, info: GPUInfo | None = None) -> GPUInfo:

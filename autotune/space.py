@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import json
 import math
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -80,6 +81,19 @@ class SearchSpace:
                 raise InvalidConfig(f"{p.name}={value!r} is not one of {list(p.values)}")
         return {n: config[n] for n in self.names}
 
+    def config_from_json(self, text: str) -> Config:
+        """A config written as a JSON object of parameter values, those left out taken from the default;
+        InvalidConfig saying what was expected where text is not such an object or its values are not in the space."""
+        first = self.params[0].name
+        expected = f"a JSON object of parameter values like '{json.dumps({first: self.default[first]})}'"
+        try:
+            given = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise InvalidConfig(f"expected {expected}, got {text!r}, which is not JSON ({exc.msg} at character {exc.pos})") from None
+        if not isinstance(given, dict):
+            raise InvalidConfig(f"expected {expected}, got {text!r}")
+        return self.validate({**self.default, **given})
+
     def rejects(self, config: Config, problem: Problem) -> str | None:
         """Why this (valid) config cannot run on problem, or None if it can."""
         for constraint in self.constraints:
@@ -87,6 +101,21 @@ class SearchSpace:
             if reason:
                 return reason
         return None
+
+    def objections(self, config: Config, problem: Problem) -> dict[int, str]:
+        """Every constraint's reason not to run this (valid) config on problem, by the constraint's index:
+        `rejects` stops at the first; this says which constraints a config could never get past."""
+        found: dict[int, str] = {}
+        for i, constraint in enumerate(self.constraints):
+            try:
+                reason = constraint(config, problem)
+            except Exception:
+                if not found:
+                    raise
+                continue  # past a rejection a constraint may meet what the earlier ones rule out: not its verdict
+            if reason:
+                found[i] = reason
+        return found
 
     def with_overrides(self, **overrides: Any) -> Config:
         """The default config with some parameters changed (validated)."""

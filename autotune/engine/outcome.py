@@ -62,3 +62,50 @@ def finished_outcomes(study: optuna.Study) -> dict[str, tuple[TrialOutcome, int]
 def evaluated(study: optuna.Study) -> int:
     """Distinct configs compiled and checked in the study (configs the constraints reject cost nothing)."""
     return sum(outcome.outcome != Outcome.INVALID for outcome, _ in finished_outcomes(study).values())
+
+
+class TrialTally:
+    """A study's trials counted as its budget counts them: distinct configs, each by the outcome it had. A
+    config proposed again (a repeat: its first outcome reused, nothing run) and a config the space's
+    constraints reject (never compiled) take no step of the budget."""
+
+    def __init__(self) -> None:
+        self.outcomes: dict[str, Outcome] = {}  # config key -> outcome of its first trial
+        self.repeats = 0
+
+    def add(self, outcome: TrialOutcome) -> bool:
+        """Count one trial; True where it evaluated a config not tried before: one step of the budget."""
+        key = config_key(outcome.config)
+        if key in self.outcomes:
+            self.repeats += 1
+            return False
+        self.outcomes[key] = outcome.outcome
+        return outcome.outcome != Outcome.INVALID
+
+    @property
+    def evaluated(self) -> int:
+        return sum(o != Outcome.INVALID for o in self.outcomes.values())
+
+    @property
+    def rejected(self) -> int:
+        return sum(o == Outcome.INVALID for o in self.outcomes.values())
+
+    def counts(self) -> dict[str, int]:
+        """Distinct configs by outcome."""
+        out: dict[str, int] = {}
+        for o in self.outcomes.values():
+            out[str(o)] = out.get(str(o), 0) + 1
+        return out
+
+    def uncounted(self) -> str:
+        """The trials that took no step of the budget: 'not counted: 4 repeats, 1 rejected by the constraints'."""
+        parts = [f"{self.repeats} repeat{'s' * (self.repeats != 1)}"] if self.repeats else []
+        if self.rejected:
+            parts.append(f"{self.rejected} rejected by the constraints")
+        return "not counted: " + ", ".join(parts) if parts else ""
+
+    def describe(self) -> str:
+        """'invalid:1 ok:20 (+4 repeats)': distinct configs by outcome, and the repeats."""
+        text = " ".join(f"{k}:{v}" for k, v in sorted(self.counts().items()))
+        return text + (f" (+{self.repeats} repeat{'s' * (self.repeats != 1)})" if self.repeats else "")
+

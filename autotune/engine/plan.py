@@ -22,7 +22,7 @@ from autotune.gate.verify import KnownFailure, VerifyResult
 from autotune.identity import RowKey
 from autotune.runtime import registry
 from autotune.space import Config, Problem
-from autotune.spec import DTYPE_NAMES, KernelSpec, dtype_from_name
+from autotune.spec import DTYPE_NAMES, KernelSpec, dtype_from_name, shape_label
 
 SAMPLERS = ("tpe", "gp", "random", "grid")
 MAX_TRIALS_PER_EVALUATION = 4
@@ -125,12 +125,47 @@ def check_request(
     """The GPU a search of problem in dtype measures, once the kernel can run it; ValueError if not.
     `isolated`: asked of a worker process (see check_gpu)."""
     info = check_gpu(gpu_name, isolated=isolated)
+    check_job(spec, problem, dtype, info)
+    return info
+
+
+def check_job(spec: KernelSpec, problem: Problem, dtype: torch.dtype, info: gpu.GPUInfo) -> None:
+    """ValueError unless the kernel can search problem in dtype on the device `info` describes: the dtype
+    supported, the default config runs on it (the runtime's fallback), and it fits the device's memory
+    (`check_fits`)."""
     if dtype not in spec.dtypes:
         raise ValueError(f"dtype {dtype} is not supported by {spec.name}; expected one of {spec.dtypes}")
     reason = spec.space.rejects(spec.space.default, problem)
     if reason:
         raise ValueError(f"{spec.name}: the default config cannot run on {problem}: {reason}")
-    return info
+    check_fits(spec, problem, dtype, info)
+
+
+def memory_needed(spec: KernelSpec, problem: Problem, dtype: torch.dtype) -> int:
+    """Bytes a search of problem in dtype holds at once at least: its inputs and outputs (the kernel's
+    minimum bytes moved), and those again in float64 while the reference computes."""
+    moved = spec.cost(problem, dtype).bytes
+    return int(moved + moved * torch.finfo(torch.float64).bits / torch.finfo(dtype).bits)
+
+
+def check_fits(spec: KernelSpec, problem: Problem, dtype: torch.dtype, info: gpu.GPUInfo) -> None:
+    """ValueError where problem cannot fit the device's memory (the host's under the interpreter): said before
+    anything is allocated, not as an out-of-memory error minutes in. Unknown memory is not checked."""
+    if not info.memory_bytes:
+        return
+    needed = memory_needed(spec, problem, dtype)
+    if needed > info.memory_bytes:
+        where = "this machine's memory (the interpreter's device)" if info.is_interpreter else f"the {info.name}'s memory"
+        raise ValueError(
+            f"{spec.name} {shape_label(problem)} in {DTYPE_NAMES[dtype]} needs at least {needed / 2**30:.1f} GiB (its "
+            f"inputs and outputs, and their float64 copies for the reference), more than {where}: "
+            f"{info.memory_bytes / 2**30:.1f} GiB")
+
+
+def study_budget(spec: KernelSpec, problem: Problem, sampler: str, trials: int) -> int:
+    """Distinct configs a study of problem evaluates at most: `trials`, or with the grid sampler every config
+    the constraints allow on it (problem as `spec.problem_for` gives it)."""
+    return len(spec.space.grid_for(problem)) if sampler == "grid" else trials
 
 
 def check_store(store: ConfigStore | None) -> None:

@@ -15,8 +15,8 @@ import triton
 from autotune import gpu
 from autotune.db import BestRow, ConfigStore, TrialRow
 from autotune.engine.evaluate import Evaluator
-from autotune.engine.outcome import FINISHED, TrialOutcome, evaluated, finished_outcomes, outcome_of
-from autotune.engine.plan import StudyPlan
+from autotune.engine.outcome import FINISHED, TrialOutcome, TrialTally, evaluated, finished_outcomes, outcome_of
+from autotune.engine.plan import MAX_TRIALS_PER_EVALUATION, StudyPlan
 from autotune.gate.verify import VerifyResult, verify
 from autotune.identity import Outcome, config_key, problem_key
 from autotune.measure import bench
@@ -46,6 +46,7 @@ class SearchResult:
     compiled_ahead: int = 0  # configs built by compile-ahead workers before their turn
     seconds: dict[str, float] = field(default_factory=dict)  # wall time by phase: where a search's time went
     best_timing: str | None = None  # how best_ms was taken: one of autotune.db.store.TIMINGS
+    budget: int | None = None  # distinct configs the study was to evaluate; None where not known
 
     @property
     def speedup_vs_default(self) -> float | None:
@@ -55,11 +56,30 @@ class SearchResult:
     def speedup_vs_baseline(self) -> float | None:
         return self.baseline_ms / self.best_ms if self.best_ms and self.baseline_ms else None
 
-    def counts(self) -> dict[str, int]:
-        out: dict[str, int] = {}
+    def tally(self) -> TrialTally:
+        """The trials counted as the budget counts them (see TrialTally)."""
+        tally = TrialTally()
         for t in self.trials:
-            out[t.outcome] = out.get(t.outcome, 0) + 1
-        return out
+            tally.add(t)
+        return tally
+
+    def counts(self) -> dict[str, int]:
+        """Distinct configs tried, by outcome (a config proposed again counts once)."""
+        return self.tally().counts()
+
+    def evaluated_summary(self) -> str:
+        """'20 of 20 asked evaluated, in 25 trials (...)': how the trials came to the budget, and why they fell
+        short of it where they did."""
+        tally = self.tally()
+        asked = f" of {self.budget} asked" if self.budget is not None else ""
+        text = f"{self.evaluations}{asked} evaluated"
+        if len(self.trials) != self.evaluations:
+            text += f", in {len(self.trials)} trials ({tally.uncounted()})"
+        if self.budget is not None and self.evaluations < self.budget:
+            capped = len(self.trials) >= self.budget * MAX_TRIALS_PER_EVALUATION
+            text += ("; stopped at the cap of trials: the sampler kept proposing configs already tried or rejected"
+                     if capped else "; stopped early: the timeout ran out")
+        return text
 
 
 def conclude_study(
@@ -84,6 +104,7 @@ def conclude_study(
         problem=evaluator.problem, best_config=None, best_ms=None, default_ms=None, baseline_ms=evaluator.baseline_ms(),
         examples_verified=0, rate=None, trials=[t for t in trials if t is not None], evaluations=evaluated(study),
         study_name=study.study_name, compiled_ahead=evaluator.compiled_ahead, seconds=evaluator.seconds,
+        budget=plan.budget,
     )
     default = known.get(config_key(spec.space.default))
     result.default_ms = (default[0] if default else evaluator(dict(spec.space.default))).time_ms

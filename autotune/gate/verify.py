@@ -14,7 +14,8 @@ import contextlib
 import math
 import random
 import time
-from collections.abc import Sequence
+from collections import Counter
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import cachetools
@@ -71,10 +72,29 @@ class VerifyResult:
     worst_error_ratio: float = 0.0  # max over problems of error / budget
     skipped: int = 0  # draws the config does not apply to (rejected by the space's constraints), drawn anew
     problems: list[Problem] = field(default_factory=list, repr=False)
+    rejected_by: dict[str, int] = field(default_factory=dict)
+    """Per constraint that rejected some draws (by the reason it gave first): how many it rejected."""
 
     @property
     def passed(self) -> bool:
         return self.failure is None and self.examples > 0
+
+    def explain(self) -> str:
+        """Why the config did not pass: its minimal failing problem, or, where it applies to none of the problems
+        drawn, the constraints that rejected them (most frequent first); '' when it passed."""
+        if self.failure is not None:
+            return self.failure.describe()
+        if self.examples > 0:
+            return ""
+        if not self.rejected_by:
+            return "no problem was drawn"
+        drawn = f"applies to none of the {self.skipped} problems drawn: the space's constraints reject it"
+        always = [reason for reason, count in self.rejected_by.items() if count == self.skipped]
+        if always:
+            return f"{drawn} on every one: {'; '.join(always)}"
+        reasons = sorted(self.rejected_by.items(), key=lambda item: -item[1])
+        shown = "; ".join(f"{reason} (on {count})" for reason, count in reasons[:3])
+        return f"{drawn}: {shown}" + (f"; {len(reasons) - 3} more constraint(s)" if len(reasons) > 3 else "")
 
 
 def storage_eps(dtype: torch.dtype) -> float:
@@ -283,32 +303,51 @@ them more than once (choices a problem does not use still vary); each further ru
 as many more as the last run needed per new problem for those still missing, until one adds none."""
 
 
+OnCheck = Callable[[Problem, Failure | None], None]
+"""Hears each distinct problem a config was checked on, as its check ends: the problem, and its failure or None."""
+
+
 class _Checks:
     """The problems one config was checked on, each once, and the draws it does not apply to."""
 
     def __init__(self, spec: KernelSpec, config: Config, dtype: torch.dtype, seed: int, cache: ReferenceCache,
-                 shrink_seconds: float = SHRINK_SECONDS):
+                 shrink_seconds: float = SHRINK_SECONDS, on_check: OnCheck | None = None):
         self.spec, self.config, self.dtype, self.seed, self.cache = spec, config, dtype, seed, cache
         self.shrink_seconds = shrink_seconds
+        self.on_check = on_check
         self.shrink_until: float | None = None  # set by the first failure
         self.problems: dict[str, Problem] = {}
         self.failed: dict[str, bool] = {}
         self.drawn: set[str] = set()
         self.draws = 0  # draws the config applies to, repeats included
         self.skipped = 0
+        self.rejected: Counter[int] = Counter()  # draws each constraint (by index) rejected
+        self.first_reason: dict[int, str] = {}
 
     def applies(self, problem: Problem) -> bool:
-        if self.spec.space.rejects(self.config, problem):
+        objections = self.spec.space.objections(self.config, problem)
+        if objections:
             self.skipped += 1
+            self.rejected.update(objections.keys())
+            for i, reason in objections.items():
+                self.first_reason.setdefault(i, reason)
             return False
         return True
+
+    def rejected_by(self) -> dict[str, int]:
+        return {self.first_reason[i]: count for i, count in self.rejected.items()}
+
+    def heard(self, problem: Problem, failure: Failure | None) -> Failure | None:
+        if self.on_check is not None:
+            self.on_check(problem, failure)
+        return failure
 
     def check(self, problem: Problem) -> Failure | None:
         key = problem_key(problem)
         self.problems[key] = problem
         failure = self._outcome(problem)
         self.failed[key] = failure is not None
-        return failure
+        return self.heard(problem, failure)
 
     def _outcome(self, problem: Problem) -> Failure | None:
         return check_problem(self.spec, self.config, problem, self.dtype, seed=self.seed, cache=self.cache)
@@ -381,6 +420,7 @@ def verify(
     extra_first: bool = True,
     shrink_seconds: float = SHRINK_SECONDS,
     known_failures: Sequence[KnownFailure] = (),
+    on_check: OnCheck | None = None,
 ) -> VerifyResult:
     """Check config on `extra_problems`, then on `examples` distinct Hypothesis problems; shrink a failure.
     With `extra_first=False` the Hypothesis problems come first, so that a failure found among them is
@@ -393,19 +433,24 @@ def verify(
 
     `known_failures` (problems that failed before, each with the seed of the inputs it failed on) are
     checked first, each on its own seed: a failure that depends on the inputs is found again.
+
+    `on_check` hears each distinct problem as its check ends (those Hypothesis runs while shrinking a failure
+    included): a caller's progress.
     """
     config = spec.space.validate(config)
-    checks = _Checks(spec, config, dtype, seed or 0, cache or ReferenceCache(), shrink_seconds)
+    checks = _Checks(spec, config, dtype, seed or 0, cache or ReferenceCache(), shrink_seconds, on_check)
 
     def result(failure: Failure | None) -> VerifyResult:
         return VerifyResult(spec.name, DTYPE_NAMES[dtype], config, len(checks.problems), failure,
-                            skipped=checks.skipped, problems=list(checks.problems.values()))
+                            skipped=checks.skipped, problems=list(checks.problems.values()),
+                            rejected_by=checks.rejected_by())
 
     for problem, problem_seed in known_failures:
         problem = spec.problem_for(problem, dtype)
         if checks.applies(problem):
             checks.problems[problem_key(problem)] = problem
-            if failure := check_problem(spec, config, problem, dtype, seed=problem_seed, cache=checks.cache):
+            failure = check_problem(spec, config, problem, dtype, seed=problem_seed, cache=checks.cache)
+            if checks.heard(problem, failure):
                 return result(failure)
 
     def first_extra_failure() -> VerifyResult | None:

@@ -5,6 +5,8 @@ rows that failed re-verification (`autotune db verify`) are never served."""
 from __future__ import annotations
 
 import contextlib
+import os
+import sys
 import warnings
 from collections.abc import Callable, Hashable, Iterator
 from dataclasses import dataclass
@@ -31,6 +33,22 @@ class NoTunedConfigsWarning(UserWarning):
 
 
 _warned_no_rows: set[tuple[str, str]] = set()  # (kernel, gpu): said once per process
+
+_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
+_INTERNAL_MODULES = ("autotune", "torch", "click")  # between a user's call and the lookup: never the place to show
+
+
+def _caller_stacklevel() -> int:
+    """The `stacklevel` with which a warning raised by this function's caller names the first frame outside
+    autotune (and torch's dispatch, and click's under the CLI): the user's call, whose line the warning shows,
+    not a line of the runtime. The outermost frame where every frame is internal."""
+    frame, level = sys._getframe(1), 1
+    while frame.f_back is not None:
+        module = str(frame.f_globals.get("__name__", "")).partition(".")[0]
+        if module not in _INTERNAL_MODULES and not os.path.abspath(frame.f_code.co_filename).startswith(_PACKAGE_DIR + os.sep):
+            break
+        frame, level = frame.f_back, level + 1
+    return level
 
 
 @dataclass(frozen=True)
@@ -151,7 +169,7 @@ class TunedConfigs:
                 f"autotune: ignored {len(ignored)} stored config(s) for {self.spec.name} "
                 f"{DTYPE_NAMES[dtype]} on {gpu_name}: " + "; ".join(ignored[:5]),
                 StoredConfigWarning,
-                stacklevel=4,
+                stacklevel=_caller_stacklevel(),
             )
         if not any_rows and (self.spec.name, gpu_name) not in _warned_no_rows:
             _warned_no_rows.add((self.spec.name, gpu_name))
@@ -160,7 +178,7 @@ class TunedConfigs:
                 "consulted, so no exact or nearest bucket to take: it launches its default config here "
                 f"(`autotune search {self.spec.name}` tunes it for this GPU)",
                 NoTunedConfigsWarning,
-                stacklevel=4,
+                stacklevel=_caller_stacklevel(),
             )
         return rows
 

@@ -63,3 +63,12 @@ def stored_rows(
                     }
                 )
     return rows
+
+
+def gpus_with_rows_note(spec: KernelSpec, gpu: str, *, db_url: str | None = None, dtype: str | None = None) -> str:
+    """Where to look when `gpu` has no rows of spec (in dtype): the GPUs that do, in the same databases."""
+    others = sorted({row["gpu"] for row in stored_rows(spec, db_url=db_url, dtype=dtype)})
+    what = f"{spec.name}" + (f" {dtype}" if dtype else "")
+    if not others:
+        return f"no rows of {what} for {gpu}, nor for any other GPU, in these databases (`autotune search {spec.name}` makes some)"
+    return f"no rows of {what} for {gpu}; GPUs with rows: {', '.join(others)} (pass one as --gpu)"
