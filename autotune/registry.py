@@ -9,6 +9,7 @@ from autotune.spec import KernelSpec
 _SHIPPED = {
     "vector_add": "autotune.kernels.vector_add:SPEC",
     "softmax": "autotune.kernels.fused_softmax:SPEC",
+    "softmax_backward": "autotune.kernels.softmax_backward:SPEC",
     "group_norm": "autotune.kernels.group_norm:SPEC",
     "group_norm_backward": "autotune.kernels.group_norm_backward:SPEC",
     "layer_norm": "autotune.kernels.layer_norm:LAYER_NORM",

@@ -150,10 +150,10 @@ def problems(max_numel: int) -> st.SearchStrategy[dict]:
     )
 
 
-def problems_for_config(config: dict, dtype: torch.dtype, max_numel: int) -> st.SearchStrategy[dict]:
-    """`problems` with row lengths in the power-of-two classes the config runs on (SPACE's constraints
+def problems_for_config(config: dict, dtype: torch.dtype, max_numel: int, space=SPACE) -> st.SearchStrategy[dict]:
+    """`problems` with row lengths in the power-of-two classes the config runs on (the space's constraints
     depend on the row length only through its class: single holds one class, online all longer ones)."""
-    classes = steered_classes(lambda n: SPACE.rejects(config, {"shape": [PROBE_ROWS, n], "dim": -1}) is None, max_numel)
+    classes = steered_classes(lambda n: space.rejects(config, {"shape": [PROBE_ROWS, n], "dim": -1}) is None, max_numel)
     if classes is None:
         return problems(max_numel)
     return sizes_in_classes(classes, max_numel).flatmap(lambda n: _problems_with_rows_of(n, max_numel))
@@ -262,7 +262,9 @@ _TUNED = runtime.tuned(SPEC)
 def softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
     """torch.softmax(x, dim) for a float tensor, with the tuned config; the result has x's dtype.
 
-    Differentiable: the backward is PyTorch arithmetic on the saved output (not a tuned kernel yet).
+    Differentiable: the backward is a tuned kernel of its own (`softmax_backward`) on the saved output, and
+    where the backward itself records a graph (create_graph=True) PyTorch arithmetic, so that higher
+    derivatives are right.
     """
     _checks.float_tensor("x", x)
     try:
@@ -289,9 +291,15 @@ class _Softmax(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad: torch.Tensor):
         (y,) = ctx.saved_tensors
-        y32, g32 = y.float(), grad.float()
-        dx = y32 * (g32 - (g32 * y32).sum(ctx.dim, keepdim=True))
-        return dx.to(y.dtype), None
+        if torch.is_grad_enabled():
+            # create_graph: torch ops, which autograd differentiates again (through y too: it is this
+            # function's output, so its own backward is this one).
+            y32, g32 = y.float(), grad.float()
+            dx = y32 * (g32 - (g32 * y32).sum(ctx.dim, keepdim=True))
+            return dx.to(y.dtype), None
+        from autotune.kernels import softmax_backward  # imports this module
+
+        return softmax_backward.backward(y, grad, ctx.dim), None
 
 
 def _forward(x: torch.Tensor, dim: int) -> torch.Tensor:
