@@ -4,8 +4,9 @@ with no GPU: the kernel is compiled to PTX for that target and assembled by the 
     python benchmarks/norm_backward_spills.py
 
 One line per (norm, BLOCK_N, num_warps): registers per thread, spill stores and loads (bytes per thread),
-stack frame. bf16 x, dy, weight and residual gradient; one row per block (the single-chunk path), read once
-(READS=1: its tiles held across the row sums) or twice, the atomic variant, 2 stages. The CPU's Triton compiles here, not the GPU's: read the figures as a comparison
+stack frame. bf16 x, dy, weight and residual gradient (float32 arithmetic); the single-chunk path, BLOCK_M rows
+at a time read once (READS=1: their tiles held across the row sums) or one row read twice, the atomic variant,
+2 stages. The CPU's Triton compiles here, not the GPU's: read the figures as a comparison
 of two kernel sources under one compiler.
 """
 
@@ -33,10 +34,10 @@ with warnings.catch_warnings():
 
 SIGNATURE = {
     "dy_ptr": "*bf16", "x_ptr": "*bf16", "w_ptr": "*bf16", "mean_ptr": "*fp32", "dh_ptr": "*bf16", "dx_ptr": "*bf16",
-    "dw_ptr": "*fp64", "db_ptr": "*fp64", "n_rows": "i32", "n_cols": "i32", "dy_stride": "i32", "x_stride": "i32",
+    "dw_ptr": "*fp32", "db_ptr": "*fp32", "n_rows": "i32", "n_cols": "i32", "dy_stride": "i32", "x_stride": "i32",
     "dh_stride": "i32", "dx_stride": "i32", "eps": "fp32",
 }
-CONSTEXPRS = ("IS_RMS", "HAS_WEIGHT", "HAS_BIAS", "HAS_DH", "ATOMIC", "ONE_CHUNK", "ONE_READ", "BLOCK_N")
+CONSTEXPRS = ("IS_RMS", "HAS_WEIGHT", "HAS_BIAS", "HAS_DH", "ATOMIC", "ONE_CHUNK", "ONE_READ", "ACC", "BLOCK_M", "BLOCK_N")
 
 
 def ptxas_report(ptx: str) -> str:
@@ -56,10 +57,10 @@ def ptxas_report(ptx: str) -> str:
     raise RuntimeError("no bundled ptxas assembled the kernel:\n" + "\n".join(errors))
 
 
-def resources(rms: bool, block: int, warps: int, reads: int) -> dict:
+def resources(rms: bool, block: int, warps: int, reads: int, rows: int = 1) -> dict:
     """Registers, spill bytes and stack frame of one specialization."""
     values = dict(IS_RMS=rms, HAS_WEIGHT=True, HAS_BIAS=not rms, HAS_DH=True, ATOMIC=True, ONE_CHUNK=True,
-                  ONE_READ=reads == 1, BLOCK_N=block)
+                  ONE_READ=reads == 1, ACC=triton.language.float32, BLOCK_M=rows, BLOCK_N=block)
     source = ASTSource(layer_norm_backward._norm_backward_kernel, {**SIGNATURE, **dict.fromkeys(CONSTEXPRS, "constexpr")},
                        values)
     kernel = triton.compile(source, target=GPUTarget("cuda", 90, 32),
@@ -70,7 +71,8 @@ def resources(rms: bool, block: int, warps: int, reads: int) -> dict:
         found = re.search(pattern, report)
         return int(found.group(1)) if found else 0
 
-    return {"norm": "rms_norm" if rms else "layer_norm", "READS": reads, "BLOCK_N": block, "num_warps": warps,
+    return {"norm": "rms_norm" if rms else "layer_norm", "READS": reads, "BLOCK_M": rows, "BLOCK_N": block,
+            "num_warps": warps,
             "registers": number(r"Used (\d+) registers"), "spill stores B": number(r"(\d+) bytes spill stores"),
             "spill loads B": number(r"(\d+) bytes spill loads"), "stack B": number(r"(\d+) bytes stack frame")}
 
@@ -79,8 +81,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--block", type=int, action="append", help="BLOCK_N (repeatable; default 4096 and 8192)")
     parser.add_argument("--warps", type=int, action="append", help="num_warps (repeatable; default 8, 16, 32)")
+    parser.add_argument("--rows", type=int, action="append", help="BLOCK_M where READS=1 (repeatable; default 1)")
     args = parser.parse_args()
-    rows = [resources(rms, block, warps, reads) for rms in (False, True) for reads in (1, 2)
+    rows = [resources(rms, block, warps, reads, m) for rms in (False, True) for reads in (1, 2)
+            for m in (args.rows or [1] if reads == 1 else [1])
             for block in args.block or (4096, 8192) for warps in args.warps or (8, 16, 32) if block // (32 * warps) >= 1]
     print(f"Triton {triton.__version__}, target sm_90a")
     print(tabulate(rows, headers="keys", tablefmt="github"))

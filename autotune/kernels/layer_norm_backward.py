@@ -1,16 +1,17 @@
 """Backward of layer_norm and rms_norm: dx per row, and the weight and bias gradients summed over rows,
 either through per-program partial rows that a second small kernel adds up ("partials") or atomics
 into one row ("atomic"). With a fused residual, the gradient of the returned sum joins dx (and is also
-the residual's gradient). A row is read twice, once for its sums and once for dx (READS=2), or, where it
-fits one block, once, its tiles held in registers across the sums (READS=1: fewer loads, more registers).
+the residual's gradient). The grid is sized to the GPU: PROGRAMS_PER_SM programs per SM, each owning
+one partial row, walk the rows. A row that fits one block is read once (READS=1): its tiles stay in
+registers across the row sums, BLOCK_M rows at a time; a longer row, or any row with READS=2, is read
+twice, once for its sums and once for dx, the first pass keeping it in L2 for the second.
 
-The arithmetic is float64 from the loads on (exact products of the stored values, sums that drift by
-nothing the output can show), and rstd is recomputed from the row rather than read: dx subtracts row
-means from each element and the parameter gradients are column sums, so wherever a result is small
-next to its terms, float32 rounding of the terms is all that is left of it, and the gate compares that
-noise with torch's own, element by element. On an H100 the float64 work should stay under the memory
-time (about a third of its float64 rate at full bandwidth; not yet measured); on GPUs with slow float64
-it would not.
+The arithmetic is float64 for float32 data (exact products of the stored values, sums that drift by
+nothing the output can show) and float32 for 16-bit data, whose own resolution is 2**13 times coarser;
+the partial rows are kept in that dtype too. rstd is recomputed from the row rather than read: dx
+subtracts row means from each element and the parameter gradients are column sums, so wherever a result
+is small next to its terms, the rounding of the terms is all that is left of it, and the gate compares
+that noise with torch's own, element by element.
 """
 
 from __future__ import annotations
@@ -39,8 +40,8 @@ SUM_MAX_PROGRAMS = 256
 
 
 @triton.jit
-def _load64(ptr, offs, mask):
-    return tl.load(ptr + offs, mask=mask, other=0.0).to(tl.float32).to(tl.float64)
+def _load_acc(ptr, offs, mask, ACC: tl.constexpr, EVICT: tl.constexpr = ""):
+    return tl.load(ptr + offs, mask=mask, other=0.0, eviction_policy=EVICT).to(tl.float32).to(ACC)
 
 
 @triton.jit
@@ -54,9 +55,9 @@ def _centered_wdy(x, dy, w, hi, lo, mask, IS_RMS: tl.constexpr, HAS_WEIGHT: tl.c
 
 @triton.jit
 def _row_rstd(sum_squares, n_cols, eps):
-    """1 / sqrt(variance + eps) in float64, from the row's centered sum of squares. Not the forward's
-    float32 rstd: that is off by up to an ulp, and where eps is tiny next to the variance of a short row
-    (one or two elements) dx is the difference of two terms that agree to within eps."""
+    """1 / sqrt(variance + eps) in the arithmetic's dtype, from the row's centered sum of squares. Not the
+    forward's float32 rstd: that is off by up to an ulp, and where eps is tiny next to the variance of a short
+    row (one or two elements) dx is the difference of two terms that agree to within eps."""
     return 1.0 / tl.sqrt(sum_squares / n_cols + eps)
 
 
@@ -69,9 +70,9 @@ def _dx(xhat, wdy, rstd, sum_xhat_wdy, sum_wdy, n_cols, IS_RMS: tl.constexpr):
 
 
 @triton.jit
-def _store_dx(dx, dh_ptr, dx_ptr, dh_offs, dx_offs, mask, HAS_DH: tl.constexpr):
+def _store_dx(dx, dh_ptr, dx_ptr, dh_offs, dx_offs, mask, ACC: tl.constexpr, HAS_DH: tl.constexpr):
     if HAS_DH:
-        dx += _load64(dh_ptr, dh_offs, mask)
+        dx += _load_acc(dh_ptr, dh_offs, mask, ACC, "evict_first")
     # Through float32: the Triton interpreter casts float64 to bfloat16 wrongly.
     tl.store(dx_ptr + dx_offs, round_to(dx.to(tl.float32), dx_ptr.dtype.element_ty), mask=mask)
 
@@ -81,47 +82,59 @@ def _norm_backward_kernel(
     dy_ptr, x_ptr, w_ptr, mean_ptr, dh_ptr, dx_ptr, dw_ptr, db_ptr,
     n_rows, n_cols, dy_stride, x_stride, dh_stride, dx_stride, eps,
     IS_RMS: tl.constexpr, HAS_WEIGHT: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_DH: tl.constexpr,
-    ATOMIC: tl.constexpr, ONE_CHUNK: tl.constexpr, ONE_READ: tl.constexpr, BLOCK_N: tl.constexpr,
+    ATOMIC: tl.constexpr, ONE_CHUNK: tl.constexpr, ONE_READ: tl.constexpr, ACC: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
 ):
-    """Program p handles rows p, p + P, ... . dw_ptr/db_ptr: this program's float64 partial row at
-    p * n_cols (partials), or one float64 row every program adds into (atomic)."""
+    """Program p handles rows p, p + P, ... (READS=1: tiles of BLOCK_M rows p, p + P, ... of them).
+    dw_ptr/db_ptr: this program's partial row at p * n_cols (partials), or one row every program adds into
+    (atomic), in ACC."""
     pid = tl.program_id(0)
     n_programs = tl.num_programs(0)
     part = 0 if ATOMIC else pid.to(tl.int64) * n_cols
     cols = tl.arange(0, BLOCK_N)
     # Where the row fits one block, the parameter gradients stay in registers across all of the program's
     # rows (otherwise they go to memory chunk by chunk; partial rows start zeroed).
-    dw_acc = tl.zeros((BLOCK_N,), tl.float64)
-    db_acc = tl.zeros((BLOCK_N,), tl.float64)
-    w_row = _load64(w_ptr, cols, cols < n_cols) if HAS_WEIGHT and ONE_READ else 1.0
-    for row in range(pid.to(tl.int64), n_rows, n_programs):  # int64: row * stride can pass 2**31
-        hi = 0.0 if IS_RMS else tl.load(mean_ptr + row).to(tl.float64)
-        lo = 0.0 if IS_RMS else tl.load(mean_ptr + n_rows + row).to(tl.float64)
-        if ONE_READ:
-            # One read of the one-chunk row: its float64 tiles (and the weight's) stay live across the sums.
-            col_ok = cols < n_cols
-            dy = _load64(dy_ptr, row * dy_stride + cols, col_ok)
-            xc, wdy = _centered_wdy(_load64(x_ptr, row * x_stride + cols, col_ok), dy, w_row, hi, lo, col_ok,
-                                    IS_RMS, HAS_WEIGHT)
-            rstd = _row_rstd(tl.sum(xc * xc, axis=0), n_cols, eps)
+    dw_acc = tl.zeros((BLOCK_N,), ACC)
+    db_acc = tl.zeros((BLOCK_N,), ACC)
+    if ONE_READ:
+        # One read of BLOCK_M one-chunk rows: their tiles (and the weight's) stay live across the row sums.
+        col_ok = cols < n_cols
+        w_row = _load_acc(w_ptr, cols, col_ok, ACC)[None, :] if HAS_WEIGHT else 1.0
+        r = tl.arange(0, BLOCK_M)
+        for first in range(pid.to(tl.int64) * BLOCK_M, n_rows, n_programs * BLOCK_M):  # int64: row * stride can pass 2**31
+            rows = first + r
+            row_ok = rows < n_rows
+            mask = row_ok[:, None] & col_ok[None, :]
+            hi = 0.0 if IS_RMS else tl.load(mean_ptr + rows, mask=row_ok, other=0.0).to(ACC)[:, None]
+            lo = 0.0 if IS_RMS else tl.load(mean_ptr + n_rows + rows, mask=row_ok, other=0.0).to(ACC)[:, None]
+            dy = _load_acc(dy_ptr, rows[:, None] * dy_stride + cols[None, :], mask, ACC, "evict_first")
+            x = _load_acc(x_ptr, rows[:, None] * x_stride + cols[None, :], mask, ACC, "evict_first")
+            xc, wdy = _centered_wdy(x, dy, w_row, hi, lo, mask, IS_RMS, HAS_WEIGHT)
+            # Row slots past the last row get rstd 0, not 1 / sqrt(eps): their zeros must add nothing (eps may be 0).
+            rstd = tl.where(row_ok, _row_rstd(tl.sum(xc * xc, axis=1), n_cols, eps), 0.0)[:, None]
             xhat = xc * rstd
-            sum_wdy = 0.0 if IS_RMS else tl.sum(wdy, axis=0)
-            dx = _dx(xhat, wdy, rstd, tl.sum(xhat * wdy, axis=0), sum_wdy, n_cols, IS_RMS)
-            _store_dx(dx, dh_ptr, dx_ptr, row * dh_stride + cols, row * dx_stride + cols, col_ok, HAS_DH)
-            dw_acc += dy * xhat
-            db_acc += dy
-        else:
+            sum_wdy = 0.0 if IS_RMS else tl.sum(wdy, axis=1)[:, None]
+            dx = _dx(xhat, wdy, rstd, tl.sum(xhat * wdy, axis=1)[:, None], sum_wdy, n_cols, IS_RMS)
+            _store_dx(dx, dh_ptr, dx_ptr, rows[:, None] * dh_stride + cols[None, :],
+                      rows[:, None] * dx_stride + cols[None, :], mask, ACC, HAS_DH)
+            dw_acc += tl.sum(dy * xhat, axis=0)
+            db_acc += tl.sum(dy, axis=0)
+    else:
+        for row in range(pid.to(tl.int64), n_rows, n_programs):  # int64: row * stride can pass 2**31
+            hi = 0.0 if IS_RMS else tl.load(mean_ptr + row).to(ACC)
+            lo = 0.0 if IS_RMS else tl.load(mean_ptr + n_rows + row).to(ACC)
             # Two reads of the row: one for its sums, reduced to scalars as they go, one for dx and the
-            # gradients. The second mostly hits the cache; holding the row's float64 tiles across the sums
-            # instead spills at 8192 columns (benchmarks/norm_backward_spills.py).
-            sum_xc_wdy = tl.full((), 0.0, tl.float64)
-            sum_wdy = tl.full((), 0.0, tl.float64)
-            sum_squares = tl.full((), 0.0, tl.float64)
+            # gradients. The second is meant to hit L2 (the first asks to keep the row there); holding the
+            # row's tiles across the sums instead spilled at 8192 columns (benchmarks/norm_backward_spills.py).
+            sum_xc_wdy = tl.full((), 0.0, ACC)
+            sum_wdy = tl.full((), 0.0, ACC)
+            sum_squares = tl.full((), 0.0, ACC)
             for start in range(0, n_cols, BLOCK_N):
                 c = start + cols
                 col_ok = c < n_cols
-                w = _load64(w_ptr, c, col_ok) if HAS_WEIGHT else 1.0
-                xc, wdy = _centered_wdy(_load64(x_ptr, row * x_stride + c, col_ok), _load64(dy_ptr, row * dy_stride + c, col_ok),
+                w = _load_acc(w_ptr, c, col_ok, ACC) if HAS_WEIGHT else 1.0
+                xc, wdy = _centered_wdy(_load_acc(x_ptr, row * x_stride + c, col_ok, ACC, "evict_last"),
+                                        _load_acc(dy_ptr, row * dy_stride + c, col_ok, ACC, "evict_last"),
                                         w, hi, lo, col_ok, IS_RMS, HAS_WEIGHT)
                 sum_xc_wdy += tl.sum(xc * wdy, axis=0)
                 sum_wdy += tl.sum(wdy, axis=0)
@@ -131,13 +144,13 @@ def _norm_backward_kernel(
             for start in range(0, n_cols, BLOCK_N):
                 c = start + cols
                 col_ok = c < n_cols
-                w = _load64(w_ptr, c, col_ok) if HAS_WEIGHT else 1.0
-                dy = _load64(dy_ptr, row * dy_stride + c, col_ok)
-                xc, wdy = _centered_wdy(_load64(x_ptr, row * x_stride + c, col_ok), dy, w, hi, lo, col_ok,
-                                        IS_RMS, HAS_WEIGHT)
+                w = _load_acc(w_ptr, c, col_ok, ACC) if HAS_WEIGHT else 1.0
+                dy = _load_acc(dy_ptr, row * dy_stride + c, col_ok, ACC, "evict_first")
+                xc, wdy = _centered_wdy(_load_acc(x_ptr, row * x_stride + c, col_ok, ACC, "evict_first"), dy, w, hi,
+                                        lo, col_ok, IS_RMS, HAS_WEIGHT)
                 xhat = xc * rstd
                 dx = _dx(xhat, wdy, rstd, total_xhat_wdy, sum_wdy, n_cols, IS_RMS)
-                _store_dx(dx, dh_ptr, dx_ptr, row * dh_stride + c, row * dx_stride + c, col_ok, HAS_DH)
+                _store_dx(dx, dh_ptr, dx_ptr, row * dh_stride + c, row * dx_stride + c, col_ok, ACC, HAS_DH)
                 if ONE_CHUNK:
                     dw_acc += dy * xhat
                     db_acc += dy
@@ -171,12 +184,12 @@ def _sum_partials_kernel(
     dw_part_ptr, db_part_ptr, dw_ptr, db_ptr, n_parts, n_cols,
     HAS_WEIGHT: tl.constexpr, HAS_BIAS: tl.constexpr, BLOCK_PARTS: tl.constexpr, BLOCK_COLS: tl.constexpr,
 ):
-    """Column sums of the (n_parts, n_cols) float64 partial rows, stored in the gradients' dtypes."""
+    """Column sums of the (n_parts, n_cols) partial rows, in their dtype, stored in the gradients' dtypes."""
     cols = tl.program_id(0) * BLOCK_COLS + tl.arange(0, BLOCK_COLS)
     col_ok = cols < n_cols
     parts = tl.arange(0, BLOCK_PARTS)
-    dw = tl.zeros((BLOCK_PARTS, BLOCK_COLS), tl.float64)
-    db = tl.zeros((BLOCK_PARTS, BLOCK_COLS), tl.float64)
+    dw = tl.zeros((BLOCK_PARTS, BLOCK_COLS), dw_part_ptr.dtype.element_ty)
+    db = tl.zeros((BLOCK_PARTS, BLOCK_COLS), db_part_ptr.dtype.element_ty)
     for start in range(0, n_parts, BLOCK_PARTS):
         p = start + parts
         mask = (p[:, None] < n_parts) & col_ok[None, :]
@@ -196,6 +209,14 @@ def _sm_count() -> int:
     return gpu.current_gpu().sm_count or INTERPRETER_SMS
 
 
+def accumulator(dtype: torch.dtype) -> torch.dtype:
+    """The dtype the kernels compute and keep partial sums in for data of `dtype` (see the module's docstring)."""
+    return torch.float64 if dtype == torch.float32 else torch.float32
+
+
+_TL = {torch.float64: tl.float64, torch.float32: tl.float32}
+
+
 def launch_rows(dy, x, weight, mean, dh, dx, dw, db, eps: float, rms: bool, config: dict) -> None:
     """Gradients of the norm of the (rows, N) x into dx (rows, N) and the flat dw, db (None: no such
     parameter), with one config. dy, x, dh, dx have unit column stride; mean (2, rows) holds each row's
@@ -206,22 +227,25 @@ def launch_rows(dy, x, weight, mean, dh, dx, dw, db, eps: float, rms: bool, conf
             if grad is not None:
                 grad.zero_()
         return
-    programs = min(n_rows, config["PROGRAMS_PER_SM"] * _sm_count())
-    block = config["BLOCK_N"]
+    block, block_m = config["BLOCK_N"], config["BLOCK_M"]
     one_chunk = block >= n_cols
     one_read = config["READS"] == 1
     if one_read and not one_chunk:
         raise ValueError(f"config: READS=1 needs the row in one block, got BLOCK_N={block} for rows of {n_cols}")
+    if block_m > 1 and not one_read:
+        raise ValueError(f"config: BLOCK_M={block_m} rows at a time needs READS=1")
+    programs = min(cdiv(n_rows, block_m), config["PROGRAMS_PER_SM"] * _sm_count())
     atomic = config["variant"] == "atomic"
-    f64 = dict(dtype=torch.float64, device=x.device)
+    acc = accumulator(x.dtype)
+    kept = dict(dtype=acc, device=x.device)
 
     def buffer(grad):
         if grad is None:
             return None
         if atomic:
-            return torch.zeros(n_cols, **f64)
+            return torch.zeros(n_cols, **kept)
         # Partial rows: one program writes each whole; chunked rows add into them, so they start at zero.
-        return (torch.empty if one_chunk else torch.zeros)((programs, n_cols), **f64)
+        return (torch.empty if one_chunk else torch.zeros)((programs, n_cols), **kept)
 
     dw_buf, db_buf = buffer(dw), buffer(db)
     _norm_backward_kernel[(programs,)](
@@ -229,7 +253,7 @@ def launch_rows(dy, x, weight, mean, dh, dx, dw, db, eps: float, rms: bool, conf
         dx if dw_buf is None else dw_buf, dx if db_buf is None else db_buf,
         n_rows, n_cols, dy.stride(0), x.stride(0), 0 if dh is None else dh.stride(0), dx.stride(0), eps,
         IS_RMS=rms, HAS_WEIGHT=weight is not None, HAS_BIAS=db is not None, HAS_DH=dh is not None,
-        ATOMIC=atomic, ONE_CHUNK=one_chunk, ONE_READ=one_read, BLOCK_N=block,
+        ATOMIC=atomic, ONE_CHUNK=one_chunk, ONE_READ=one_read, ACC=_TL[acc], BLOCK_M=block_m, BLOCK_N=block,
         num_warps=config["num_warps"], num_stages=config["num_stages"],
         enable_fp_fusion=False,  # a fused multiply-add would keep a rounding error where dx cancels to 0 exactly
     )
@@ -415,8 +439,8 @@ def _spec(name: str, rms: bool) -> KernelSpec:
         presets=[problems_.parse_shape(s, rms=rms) for s in ("8192x4096+res", "16384x8192+res", "8192x4096")],
         interpreter_presets=[problems_.parse_shape("8x300+res", rms=rms)],
         parse_shape=lambda text: problems_.parse_shape(text, rms=rms),
-        sources=(round_to, _load64, _centered_wdy, _row_rstd, _dx, _store_dx, _norm_backward_kernel, _sum_partials_kernel,
-                 SUM_TILE, SUM_MIN_COLS, SUM_MAX_PROGRAMS),
+        sources=(round_to, _load_acc, _centered_wdy, _row_rstd, _dx, _store_dx, _norm_backward_kernel, _sum_partials_kernel,
+                 accumulator, SUM_TILE, SUM_MIN_COLS, SUM_MAX_PROGRAMS),
         description=("rms_norm" if rms else "layer_norm") + " backward: dx, dweight, dbias ('+res': plus the sum's gradient)",
         bucket_edges=lambda problem: problems_.bucket_edges(problem, rms=rms, backward=True),
         public=lambda inputs: _public(inputs, rms),

@@ -1,6 +1,7 @@
 """layer_norm / rms_norm: the forward holds rows whole in registers ("single") or streams them in chunks
 ("looped"); the backward sums the weight and bias gradients over rows through per-program partial rows
-and a second small kernel ("partials") or float64 atomics ("atomic"), reading each row once or twice.
+and a second small kernel ("partials") or atomics ("atomic"), reading each row once (BLOCK_M rows at a
+time) or twice.
 
 Every constraint depends on the problem only through next_pow2(rows) and next_pow2(N), the numbers of
 its bucket: a config that runs on one problem of a bucket runs on all of them.
@@ -24,15 +25,17 @@ WARPS = (1, 2, 4, 8, 16, 32)
 STAGES = (1, 2, 3, 4)
 ROWS = (1, 2, 4, 8, 16)
 PROGRAMS_PER_SM = (1, 2, 4, 8)
-"""Programs of the backward per SM; each owns a float64 partial row of the parameter gradients."""
+"""Programs of the backward per SM; each owns a partial row of the parameter gradients."""
+BACKWARD_ROWS = (1, 2, 4, 8)
+"""Rows the backward holds at once (BLOCK_M) where it reads each row once: more loads in flight for short rows."""
 BLOCKS = powers_of_two(MIN_BLOCK, MAX_BLOCK)
 
 FORWARD_DEFAULT: Config = {"variant": "looped", "BLOCK_N": 1024, "ROWS_PER_PROGRAM": 1, "num_warps": 4, "num_stages": 2}
 """The forward fallback: looped runs (and is right) on rows of any length."""
 READS = (1, 2)
 """Reads of each row by the backward: once, its tiles held across the row sums (one-block rows only), or twice."""
-BACKWARD_DEFAULT: Config = {"variant": "partials", "BLOCK_N": 1024, "READS": 2, "PROGRAMS_PER_SM": 2, "num_warps": 4,
-                            "num_stages": 2}
+BACKWARD_DEFAULT: Config = {"variant": "partials", "BLOCK_M": 1, "BLOCK_N": 1024, "READS": 2, "PROGRAMS_PER_SM": 2,
+                            "num_warps": 4, "num_stages": 2}
 """The backward fallback: a 1024 block covers short rows in one chunk and long ones in several."""
 
 
@@ -79,7 +82,7 @@ def _forward_fits_in_registers(c: Config, p: Problem) -> str | None:
 
 def _no_idle_warps(c: Config, p: Problem) -> str | None:
     # A tile smaller than the program's threads leaves warps with nothing to do; one warp is the floor.
-    if c["num_warps"] > 1 and c.get("ROWS_PER_PROGRAM", 1) * c["BLOCK_N"] < 32 * c["num_warps"]:
+    if c["num_warps"] > 1 and c.get("ROWS_PER_PROGRAM", c.get("BLOCK_M", 1)) * c["BLOCK_N"] < 32 * c["num_warps"]:
         return "ROWS_PER_PROGRAM * BLOCK_N < 32 * num_warps: idle warps"
     return None
 
@@ -155,8 +158,16 @@ def _one_read_holds_the_row(c: Config, p: Problem) -> str | None:
 
 
 def _backward_fits_in_registers(c: Config, p: Problem) -> str | None:
-    if not one_chunk_fits(c["BLOCK_N"], c["num_warps"]):
-        return f"BLOCK_N > {MAX_BACKWARD_ELEMENTS_PER_THREAD} elements per thread"
+    if not one_chunk_fits(c["BLOCK_M"] * c["BLOCK_N"], c["num_warps"]):
+        return f"BLOCK_M * BLOCK_N > {MAX_BACKWARD_ELEMENTS_PER_THREAD} elements per thread"
+    return None
+
+
+def _rows_at_once_read_once(c: Config, p: Problem) -> str | None:
+    if c["BLOCK_M"] > 1 and c["READS"] != 1:
+        return "BLOCK_M > 1 holds rows across their sums: READS must be 1"
+    if c["BLOCK_M"] > next_pow2(row_shape(p)[0]):
+        return "BLOCK_M exceeds the number of rows rounded up to a power of two"
     return None
 
 
@@ -172,12 +183,14 @@ def _suggest_backward(trial, problem: Problem) -> Config:
     wide = not one_chunk_fits(full, max(WARPS))
     config["BLOCK_N"] = trial.suggest_categorical("BLOCK_N", list(BLOCKS)) if wide else min(full, MAX_BLOCK)
     config["READS"] = 2 if wide else trial.suggest_categorical("READS", list(READS))
+    config["BLOCK_M"] = trial.suggest_categorical("BLOCK_M", list(BACKWARD_ROWS)) if config["READS"] == 1 else 1
     return config
 
 
 BACKWARD_SPACE = SearchSpace(
     params=(
         Param("variant", ("partials", "atomic")),
+        Param("BLOCK_M", BACKWARD_ROWS),
         Param("BLOCK_N", BLOCKS),
         Param("READS", READS),
         Param("PROGRAMS_PER_SM", PROGRAMS_PER_SM),
@@ -185,7 +198,8 @@ BACKWARD_SPACE = SearchSpace(
         Param("num_stages", STAGES),
     ),
     default=BACKWARD_DEFAULT,
-    constraints=(_backward_block_fits_row, _one_read_holds_the_row, _backward_fits_in_registers, _no_idle_warps),
+    constraints=(_backward_block_fits_row, _one_read_holds_the_row, _backward_fits_in_registers, _no_idle_warps,
+                 _rows_at_once_read_once),
     suggest_fn=_suggest_backward,
 )
 
