@@ -90,9 +90,11 @@ def _group_norm_single_kernel(
 @triton.jit
 def _group_moments(
     x_ptr, pivot, cg, hw_start, hw_end, x_sc, x_ss, ACC: tl.constexpr, BLOCK_C: tl.constexpr, BLOCK_HW: tl.constexpr,
+    EVICT: tl.constexpr = "",
 ):
     """Count, mean and sum of squared deviations (in STAT) of x - pivot over channels [0, cg) x positions
-    [hw_start, hw_end) from x_ptr, a tile at a time in ACC (see `_tile_moments`), combined with Chan's update."""
+    [hw_start, hw_end) from x_ptr, a tile at a time in ACC (see `_tile_moments`), combined with Chan's update;
+    EVICT: the loads' L2 eviction policy."""
     c = tl.arange(0, BLOCK_C)
     s = tl.arange(0, BLOCK_HW)
     seen = tl.cast(0.0, STAT)
@@ -103,7 +105,8 @@ def _group_moments(
         c_mask = (c0 + c) < cg
         for s0 in range(hw_start, hw_end, BLOCK_HW):
             mask = c_mask[:, None] & ((s0 + s) < hw_end)[None, :]
-            x = tl.load(x_ptr + (c0 + c)[:, None] * x_sc + (s0 + s)[None, :] * x_ss, mask=mask, other=0.0).to(ACC)
+            x = tl.load(x_ptr + (c0 + c)[:, None] * x_sc + (s0 + s)[None, :] * x_ss, mask=mask, other=0.0,
+                        eviction_policy=EVICT).to(ACC)
             tile_count = (tl.minimum(cg - c0, BLOCK_C) * tl.minimum(hw_end - s0, BLOCK_HW)).to(STAT)
             tile_mean, tile_m2 = _tile_moments(tl.where(mask, x - shift, 0.0), mask, tile_count)
             seen, mean, m2 = _chan_combine(seen, mean, m2, tile_count, tile_mean, tile_m2)
@@ -114,16 +117,18 @@ def _group_moments(
 def _normalize_range(
     x_ptr, y_ptr, w_ptr, b_ptr, first_channel, cg, hw_start, hw_end, mean, rstd,
     x_sc, x_ss, y_sc, y_ss, HAS_W: tl.constexpr, HAS_B: tl.constexpr, ACTIVATION: tl.constexpr, ACC: tl.constexpr,
-    BLOCK_C: tl.constexpr, BLOCK_HW: tl.constexpr,
+    BLOCK_C: tl.constexpr, BLOCK_HW: tl.constexpr, EVICT: tl.constexpr = "",
 ):
-    """y = activation(affine((x - mean) * rstd)) over channels [0, cg) x positions [hw_start, hw_end)."""
+    """y = activation(affine((x - mean) * rstd)) over channels [0, cg) x positions [hw_start, hw_end); EVICT:
+    the loads' L2 eviction policy."""
     c = tl.arange(0, BLOCK_C)
     s = tl.arange(0, BLOCK_HW)
     for c0 in range(0, cg, BLOCK_C):
         c_mask = (c0 + c) < cg
         for s0 in range(hw_start, hw_end, BLOCK_HW):
             mask = c_mask[:, None] & ((s0 + s) < hw_end)[None, :]
-            x = tl.load(x_ptr + (c0 + c)[:, None] * x_sc + (s0 + s)[None, :] * x_ss, mask=mask, other=0.0).to(ACC)
+            x = tl.load(x_ptr + (c0 + c)[:, None] * x_sc + (s0 + s)[None, :] * x_ss, mask=mask, other=0.0,
+                        eviction_policy=EVICT).to(ACC)
             z = affine((x - mean) * rstd, w_ptr, b_ptr, first_channel + c0 + c, c_mask, HAS_W, HAS_B)
             y = activate(z, ACTIVATION).to(y_ptr.dtype.element_ty)
             tl.store(y_ptr + (c0 + c)[:, None] * y_sc + (s0 + s)[None, :] * y_ss, y, mask=mask)
@@ -135,18 +140,22 @@ def _group_norm_looped_kernel(
     groups, cg, hw, eps,
     x_sn, x_sc, x_ss, y_sn, y_sc, y_ss,
     HAS_W: tl.constexpr, HAS_B: tl.constexpr, ACTIVATION: tl.constexpr, ACC: tl.constexpr,
-    BLOCK_C: tl.constexpr, BLOCK_HW: tl.constexpr,
+    BLOCK_C: tl.constexpr, BLOCK_HW: tl.constexpr, KEEP_IN_L2: tl.constexpr,
 ):
-    """One (sample, group) per program in tiles: a statistics pass, then a normalize pass."""
+    """One (sample, group) per program in tiles: a statistics pass, then a normalize pass. KEEP_IN_L2 ("cached"):
+    the statistics pass asks L2 to keep the group and the normalize pass to drop it once read, so that where the
+    groups in flight fit L2 the second read costs no memory traffic: x is read from memory once."""
     row = tl.program_id(0)
     n, first_channel = row // groups, (row % groups) * cg
     x_group = x_ptr + n.to(tl.int64) * x_sn + first_channel.to(tl.int64) * x_sc
     y_group = y_ptr + n.to(tl.int64) * y_sn + first_channel.to(tl.int64) * y_sc
     pivot = tl.load(x_group).to(STAT)
-    count, mean_d, m2 = _group_moments(x_group, pivot, cg, 0, hw, x_sc, x_ss, ACC, BLOCK_C, BLOCK_HW)
+    count, mean_d, m2 = _group_moments(x_group, pivot, cg, 0, hw, x_sc, x_ss, ACC, BLOCK_C, BLOCK_HW,
+                                       "evict_last" if KEEP_IN_L2 else "")
     mean, rstd = _finish(pivot, mean_d, m2, count, eps)
     _normalize_range(x_group, y_group, w_ptr, b_ptr, first_channel, cg, 0, hw, mean.to(ACC), rstd.to(ACC),
-                     x_sc, x_ss, y_sc, y_ss, HAS_W, HAS_B, ACTIVATION, ACC, BLOCK_C, BLOCK_HW)
+                     x_sc, x_ss, y_sc, y_ss, HAS_W, HAS_B, ACTIVATION, ACC, BLOCK_C, BLOCK_HW,
+                     "evict_first" if KEEP_IN_L2 else "")
     tl.store(mean_ptr + row, mean.to(tl.float64))
     tl.store(rstd_ptr + row, rstd.to(tl.float32))
 
@@ -214,8 +223,12 @@ def _launcher(x, y, groups: int, activation: str, has_weight: bool, has_bias: bo
                                    channels_inner(strides[:3], c, hw))
     meta = dict(HAS_W=has_weight, HAS_B=has_bias, ACTIVATION=ACTIVATIONS[activation], ACC=accumulator(x.dtype),
                 BLOCK_C=block_c, BLOCK_HW=block_hw, num_warps=config["num_warps"], num_stages=config["num_stages"])
-    if config["variant"] in ("single", "looped"):
-        kernel = (_group_norm_single_kernel if config["variant"] == "single" else _group_norm_looped_kernel)[(rows,)]
+    if config["variant"] == "single":
+        kernel = _group_norm_single_kernel[(rows,)]
+    elif config["variant"] in ("looped", "cached"):
+        kernel = _group_norm_looped_kernel[(rows,)]
+        meta["KEEP_IN_L2"] = config["variant"] == "cached"
+    if config["variant"] != "split":
 
         def launch(x, y, weight, bias, mean, rstd, eps):
             # Absent parameters are never read; x stands in as a valid pointer.
