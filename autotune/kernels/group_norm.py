@@ -90,7 +90,7 @@ def _group_norm_single_kernel(
 @triton.jit
 def _group_moments(
     x_ptr, pivot, cg, hw_start, hw_end, x_sc, x_ss, ACC: tl.constexpr, BLOCK_C: tl.constexpr, BLOCK_HW: tl.constexpr,
-    EVICT: tl.constexpr = "",
+    EVICT: tl.constexpr,
 ):
     """Count, mean and sum of squared deviations (in STAT) of x - pivot over channels [0, cg) x positions
     [hw_start, hw_end) from x_ptr, a tile at a time in ACC (see `_tile_moments`), combined with Chan's update;
@@ -117,7 +117,7 @@ def _group_moments(
 def _normalize_range(
     x_ptr, y_ptr, w_ptr, b_ptr, first_channel, cg, hw_start, hw_end, mean, rstd,
     x_sc, x_ss, y_sc, y_ss, HAS_W: tl.constexpr, HAS_B: tl.constexpr, ACTIVATION: tl.constexpr, ACC: tl.constexpr,
-    BLOCK_C: tl.constexpr, BLOCK_HW: tl.constexpr, EVICT: tl.constexpr = "",
+    BLOCK_C: tl.constexpr, BLOCK_HW: tl.constexpr, EVICT: tl.constexpr,
 ):
     """y = activation(affine((x - mean) * rstd)) over channels [0, cg) x positions [hw_start, hw_end); EVICT:
     the loads' L2 eviction policy."""
@@ -174,7 +174,7 @@ def _group_norm_split_stats_kernel(
     pivot = tl.load(x_group).to(STAT)
     start = part * chunk
     _, mean_d, m2 = _group_moments(x_group, pivot, cg, start, tl.minimum(start + chunk, hw), x_sc, x_ss,
-                                   ACC, BLOCK_C, BLOCK_HW)
+                                   ACC, BLOCK_C, BLOCK_HW, "")
     tl.store(partial_ptr + (row * SPLIT + part) * 2, mean_d)
     tl.store(partial_ptr + (row * SPLIT + part) * 2 + 1, m2)
 
@@ -205,7 +205,8 @@ def _group_norm_split_normalize_kernel(
     mean, rstd = _finish(tl.load(x_group).to(STAT), mean_d, m2, count, eps)
     start = part * chunk
     _normalize_range(x_group, y_group, w_ptr, b_ptr, first_channel, cg, start, tl.minimum(start + chunk, hw),
-                     mean.to(ACC), rstd.to(ACC), x_sc, x_ss, y_sc, y_ss, HAS_W, HAS_B, ACTIVATION, ACC, BLOCK_C, BLOCK_HW)
+                     mean.to(ACC), rstd.to(ACC), x_sc, x_ss, y_sc, y_ss, HAS_W, HAS_B, ACTIVATION, ACC, BLOCK_C, BLOCK_HW,
+                     "")
     if part == 0:
         tl.store(mean_ptr + row, mean.to(tl.float64))
         tl.store(rstd_ptr + row, rstd.to(tl.float32))

@@ -40,7 +40,8 @@ SUM_MAX_PROGRAMS = 256
 
 
 @triton.jit
-def _load_acc(ptr, offs, mask, ACC: tl.constexpr, EVICT: tl.constexpr = ""):
+def _load_acc(ptr, offs, mask, ACC: tl.constexpr, EVICT: tl.constexpr):
+    """A load converted to ACC; EVICT: its L2 eviction policy ("" for the default)."""
     return tl.load(ptr + offs, mask=mask, other=0.0, eviction_policy=EVICT).to(tl.float32).to(ACC)
 
 
@@ -99,7 +100,7 @@ def _norm_backward_kernel(
     if ONE_READ:
         # One read of BLOCK_M one-chunk rows: their tiles (and the weight's) stay live across the row sums.
         col_ok = cols < n_cols
-        w_row = _load_acc(w_ptr, cols, col_ok, ACC)[None, :] if HAS_WEIGHT else 1.0
+        w_row = _load_acc(w_ptr, cols, col_ok, ACC, "")[None, :] if HAS_WEIGHT else 1.0
         r = tl.arange(0, BLOCK_M)
         for first in range(pid.to(tl.int64) * BLOCK_M, n_rows, n_programs * BLOCK_M):  # int64: row * stride can pass 2**31
             rows = first + r
@@ -132,7 +133,7 @@ def _norm_backward_kernel(
             for start in range(0, n_cols, BLOCK_N):
                 c = start + cols
                 col_ok = c < n_cols
-                w = _load_acc(w_ptr, c, col_ok, ACC) if HAS_WEIGHT else 1.0
+                w = _load_acc(w_ptr, c, col_ok, ACC, "") if HAS_WEIGHT else 1.0
                 xc, wdy = _centered_wdy(_load_acc(x_ptr, row * x_stride + c, col_ok, ACC, "evict_last"),
                                         _load_acc(dy_ptr, row * dy_stride + c, col_ok, ACC, "evict_last"),
                                         w, hi, lo, col_ok, IS_RMS, HAS_WEIGHT)
@@ -144,7 +145,7 @@ def _norm_backward_kernel(
             for start in range(0, n_cols, BLOCK_N):
                 c = start + cols
                 col_ok = c < n_cols
-                w = _load_acc(w_ptr, c, col_ok, ACC) if HAS_WEIGHT else 1.0
+                w = _load_acc(w_ptr, c, col_ok, ACC, "") if HAS_WEIGHT else 1.0
                 dy = _load_acc(dy_ptr, row * dy_stride + c, col_ok, ACC, "evict_first")
                 xc, wdy = _centered_wdy(_load_acc(x_ptr, row * x_stride + c, col_ok, ACC, "evict_first"), dy, w, hi,
                                         lo, col_ok, IS_RMS, HAS_WEIGHT)
