@@ -7,8 +7,9 @@
 # Stages:
 #   search      search the presets still without a current row (device_calls.sh's search_missing: a call cut short
 #               keeps the studies it finished, the next call goes on from there), kernel by kernel in TRAIN_KERNELS,
-#               each in TRAIN_DTYPES, bf16 first; group_norm also at 2x1280x32x32 (issue 39's third shape); then ship
-#               the rows into /tmp/x/shipped.sqlite
+#               each in TRAIN_DTYPES, bf16 first; group_norm also at 2x1280x32x32 (issue 39's third shape) and
+#               2x640x32x32, the norm backwards at 16384x2048+res (shipped buckets off the presets); then ship the rows
+#               into /tmp/x/shipped.sqlite
 #   verify      `autotune db verify --unverified` of TRAIN_KERNELS' rows in $AUTOTUNE_DB (VERIFY_EXAMPLES problems each)
 #   bench-softmax, bench-layer-norm, bench-rms-norm, bench-group-norm
 #               `autotune bench KERNEL --backward --against torch,compile,liger,copy --graphs` in BENCH_DTYPES: softmax
@@ -21,8 +22,9 @@
 #               backward anew, tens of seconds each)
 #   pack        tar /tmp/x (every stage's log, the shipped copy, the exports) into $OUT/r.tgz; give it last
 #
-# A bench stage reads the rows of $AUTOTUNE_DB and /tmp/x/shipped.sqlite, so run it on the machine the searches ran
-# on, or carry the shipped copy a call packed and name it SHIPPED_START (see device_calls.sh's header).
+# A bench stage reads the rows of /tmp/x/shipped.sqlite (as its user database, over the package's): what `search` and
+# `verify` shipped on this machine, or, on a fresh one, the copy a call packed, carried and named SHIPPED_START (see
+# device_calls.sh's header).
 #
 # Knobs (environment):
 #   BUDGET         seconds for the whole call (default 480); each stage is cut at what is left
@@ -32,7 +34,8 @@
 #   TRIALS         configs per study (default 12); STUDY_TIMEOUT seconds per study (default 40)
 #   EXAMPLES, FINAL_EXAMPLES   the gate's problems per trial (default 12) and for the winner (default 40)
 #   VERIFY_EXAMPLES            db verify's problems per row (default 60)
-#   BENCH_DTYPES   default "bf16 fp16"; BENCH_SECS seconds per bench stage (default 470)
+#   BENCH_DTYPES   default "bf16 fp16"; BENCH_SECS seconds per bench stage (default 470); BENCH_GRAPHS="" leaves out
+#                  the CUDA-graph timings (default: --graphs)
 #   LIGER          a directory holding the liger_kernel package, put on PYTHONPATH (the GPU machine reaches no
 #                  registry: `pip install --no-deps --target .ci/liger liger-kernel==0.8.5` beside the repo, and
 #                  carry .ci/liger); without it the bench says liger-kernel is not installed and leaves its column out
@@ -60,12 +63,20 @@ warm_starts() {  # the norm backwards' winners before BLOCK_M (skipped where a s
   esac
 }
 
+also_shapes() {  # buckets searched beside the presets: issue 39's third group_norm shape, and the shipped H100 rows'
+  case $1 in      # buckets off the presets, which a source change left unserved
+    group_norm) echo "--also=$GROUP_NORM_THIRD --also=2x640x32x32,groups=32,activation=silu" ;;
+    layer_norm_backward|rms_norm_backward) echo "--also=16384x2048+res" ;;
+  esac
+}
+
 search_all() {
   local dtype kernel shapes
   for dtype in $DTYPES; do
     for kernel in $KERNELS; do
-      local also=""; [ "$kernel" = group_norm ] && also="--also=$GROUP_NORM_THIRD"
-      shapes=$(python3 benchmarks/missing_presets.py "$kernel" "$dtype" "$GPU" /tmp/x/shipped.sqlite "$AUTOTUNE_DB" $also)
+      # shellcheck disable=SC2046
+      shapes=$(python3 benchmarks/missing_presets.py "$kernel" "$dtype" "$GPU" /tmp/x/shipped.sqlite "$AUTOTUNE_DB" \
+        $(also_shapes "$kernel"))
       if [ -z "$shapes" ]; then echo "search $kernel $dtype: none missing" | tee -a /tmp/x/calls.log; continue; fi
       # shellcheck disable=SC2046,SC2086  # word splitting wanted: lists of arguments
       stage "s-$kernel-$dtype-$(date +%H%M%S)" "${STAGE_SECS:-150}" at search "$kernel" --gpu "$GPU" --dtype "$dtype" \
@@ -79,9 +90,14 @@ bench_stage() {  # NAME KERNEL PASS AGAINST SHAPE...: KERNEL on the shapes in BE
   local name=$1 kernel=$2 pass=$3 against=$4 dtypes="" shapes="" d s; shift 4
   for d in ${BENCH_DTYPES:-bf16 fp16}; do dtypes="$dtypes --dtype $d"; done
   for s in "$@"; do shapes="$shapes --shape $s"; done
+  # The rows this call shipped (and those carried in as SHIPPED_START): the tuned calls launch what would ship.
+  local user_db=$AUTOTUNE_DB
+  export AUTOTUNE_DB=/tmp/x/shipped.sqlite
   # shellcheck disable=SC2086
-  stage "$name" "${BENCH_SECS:-470}" at bench "$kernel" $pass --against "$against" --graphs --gpu "$GPU" $dtypes $shapes \
+  stage "$name" "${BENCH_SECS:-470}" at bench "$kernel" $pass --against "$against" ${BENCH_GRAPHS---graphs} --gpu "$GPU" \
+    $dtypes $shapes \
     --out "/tmp/x/$name-$GPU-$stamp"
+  export AUTOTUNE_DB=$user_db
   cp "/tmp/x/$name-$GPU-$stamp.md" "$OUT/" 2>/dev/null  # the table; the JSON comes back in r.tgz (pack)
 }
 
