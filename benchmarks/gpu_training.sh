@@ -5,8 +5,9 @@
 #   OUT=/path bash benchmarks/gpu_training.sh STAGE...     (stages run in the order given, all within BUDGET seconds)
 #
 # Stages:
-#   search      search the presets still without a current row (device_calls.sh's search_missing: a call cut short
-#               keeps the studies it finished, the next call goes on from there), kernel by kernel in TRAIN_KERNELS,
+#   search      search the presets still without a current row (benchmarks/missing_presets.py, as device_calls.sh's
+#               search_missing: a call cut short keeps the studies it finished, the next call goes on from there),
+#               kernel by kernel in TRAIN_KERNELS,
 #               each in TRAIN_DTYPES, bf16 first; group_norm also at 2x1280x32x32 (issue 39's third shape) and
 #               2x640x32x32, the norm backwards at 16384x2048+res (shipped buckets off the presets); then ship the rows
 #               into /tmp/x/shipped.sqlite
@@ -54,7 +55,7 @@ stamp=$(date -u +%Y-%m-%d)
 search_args=(--trials "${TRIALS:-12}" --timeout "${STUDY_TIMEOUT:-40}" --examples "${EXAMPLES:-12}"
              --final-examples "${FINAL_EXAMPLES:-40}")
 
-warm_starts() {  # the norm backwards' winners before BLOCK_M (skipped where a shape's constraints reject them)
+warm_starts() {  # the norm backwards' winners before BLOCK_M (a shape's constraints reject the others at no cost)
   case $1 in
     layer_norm_backward|rms_norm_backward)
       echo '--warm-start {"variant":"partials","BLOCK_N":4096,"READS":1,"PROGRAMS_PER_SM":1,"num_warps":8,"num_stages":1}'
