@@ -199,8 +199,7 @@ def _calls(case: Case, inputs: dict, impls: Sequence[str], choice: runtime.Choic
     peer with nothing to run here is left out, and why goes into `skipped`."""
     spec = case.spec
     if backward:
-        fns = {"tuned": spec.public or (lambda i: spec.launch(i, choice.config, outputs_like(spec.baseline(i)))),
-               "torch": peers.torch_function(spec), "compile": compiled}
+        fns = {"tuned": spec.public, "torch": peers.torch_function(spec), "compile": compiled}  # public: autograd's path
     else:
         out = outputs_like(spec.baseline(inputs), None)
         default = dict(spec.space.default)
