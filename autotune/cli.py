@@ -348,7 +348,10 @@ def _search_row(spec: autotune.KernelSpec, r) -> dict:
 @click.argument("kernels", nargs=-1)
 @click.option("--all", "all_kernels", is_flag=True, help="Every shipped kernel, backward kernels included.")
 @click.option("--against", default="torch,compile,default", show_default=True,
-              help="Comma-separated: default (config), torch (eager), compile (torch.compile of it), vendor (library call).")
+              help="Comma-separated: default (config), torch (eager), compile (torch.compile of it), vendor (library "
+                   "call), liger (Liger-Kernel's op, where installed), copy (a device copy of the bytes it must move).")
+@click.option("--backward", is_flag=True,
+              help="Time forward + backward through autograd, as training runs it (kernels with a _backward kernel).")
 @click.option("--gpu", "gpu_name", default="auto", show_default=True,
               help="GPU whose tuned rows to measure; must be this machine's.")
 @click.option("--dtype", "dtypes", multiple=True,
@@ -361,7 +364,7 @@ def _search_row(spec: autotune.KernelSpec, r) -> dict:
               help="Also time each call replayed from a CUDA graph: the GPU's time without the host's (GPU only).")
 @click.option("--out", "prefix", help="Also write PREFIX.md (the table) and PREFIX.json (every measurement), "
                                       "updated after each shape, so a run cut short keeps what it measured.")
-def bench(kernels, all_kernels, against, gpu_name, dtypes, shapes, plot_path, graphs, fmt, prefix) -> None:
+def bench(kernels, all_kernels, against, backward, gpu_name, dtypes, shapes, plot_path, graphs, fmt, prefix) -> None:
     """Time KERNEL's tuned config against its default config, PyTorch eager and torch.compile, side by side."""
     from autotune.measure import plot
     from autotune.measure import report
@@ -378,6 +381,9 @@ def bench(kernels, all_kernels, against, gpu_name, dtypes, shapes, plot_path, gr
     try:
         gpu.require_gpu(gpu_name, "a benchmark measures the GPU it runs on: run it there, or pass --gpu auto")
         by_kernel = report.shapes_by_kernel(shapes, names)
+        if backward:
+            for name in names:
+                report.backward_spec(name)
         todo = report.plan(names, _dtypes(dtypes, None), by_kernel, skip_unsupported=all_kernels)
         if plot_path:
             plot.require_matplotlib()
@@ -396,7 +402,8 @@ def bench(kernels, all_kernels, against, gpu_name, dtypes, shapes, plot_path, gr
         partial["rows"] = report.rows(partial)
         report.save(prefix, partial, report.text(partial))
 
-    result = report.measure(todo, impls, graphs=graphs, on_case=progress, on_measured=save_so_far if prefix else None)
+    result = report.measure(todo, impls, graphs=graphs, backward=backward, on_case=progress,
+                            on_measured=save_so_far if prefix else None)
     result["rows"] = report.rows(result)
     text = report.text(result)
     if fmt == "table":

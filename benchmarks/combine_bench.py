@@ -18,7 +18,7 @@ import pathlib
 from autotune.measure import plot
 from autotune.measure import report
 
-RATIOS = ("vs default", "vs torch", "vs compile")
+RATIOS = ("vs default", "vs torch", "vs compile", "vs liger", "vs copy")
 
 
 def merge(paths: list[str], dtype: str | None = None) -> dict:
@@ -34,7 +34,7 @@ def merge(paths: list[str], dtype: str | None = None) -> dict:
         for r in run["records"]:
             if dtype and r["dtype"] != dtype:
                 continue
-            by_problem.setdefault((r["kernel"], r["dtype"], r["shape"], r["bucket"]), []).append(r)
+            by_problem.setdefault((r["kernel"], r.get("pass"), r["dtype"], r["shape"], r["bucket"]), []).append(r)
         records.update(by_problem)
     timings = {run.get("timing", "unrecorded") for run in runs}
     merged = {**runs[-1], "records": [r for rs in records.values() for r in rs],

@@ -1,7 +1,10 @@
 """The --shape arguments of KERNEL's presets that no database holds a current-source row for, in one dtype and
 on one GPU: what a device call searches next (`search_missing` in device_calls.sh).
 
-    python benchmarks/missing_presets.py KERNEL DTYPE GPU DB...      e.g. flash_attn_backward fp16 H100 shipped.sqlite
+    python benchmarks/missing_presets.py KERNEL DTYPE GPU DB... [--also=SHAPE]...
+                                            e.g. flash_attn_backward fp16 H100 shipped.sqlite
+
+--also=SHAPE counts a shape that is not a preset (`--shape` text) as one, after the presets.
 
 Presets print D = 128 first, then causal ones, one per bucket; a database file that does not exist (yet) counts as empty. Each
 shape text parses back to its preset (activation, layout and residual included), so the search times the preset.
@@ -28,15 +31,17 @@ def label(spec: KernelSpec, problem: dict) -> str:
     return text
 
 
-def main(kernel: str, dtype: str, gpu: str, *dbs: str) -> None:
+def main(kernel: str, dtype: str, gpu: str, *args: str) -> None:
     spec = autotune.get(kernel)
+    dbs = [a for a in args if not a.startswith("--also=")]
+    also = [spec.parse_shape(a.removeprefix("--also=")) for a in args if a.startswith("--also=")]
     have: set[str] = set()
     for path in dbs:
         if pathlib.Path(path).is_file():
             with ConfigStore(path, readonly=True) as store:
                 have |= {row.bucket for row in store.best_rows(kernel=kernel, gpu=gpu, dtype=dtype,
                                                                source_hash=spec.source_hash)}
-    order = sorted(spec.presets, key=lambda p: (p.get("head_dim", 0) != 128, not p.get("causal", False)))
+    order = sorted(spec.presets, key=lambda p: (p.get("head_dim", 0) != 128, not p.get("causal", False))) + also
     shapes = []
     for problem in order:  # the first preset of each bucket: a second would search the same bucket again
         if spec.bucket(problem) not in have:

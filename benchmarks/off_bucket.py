@@ -31,6 +31,7 @@ from autotune.spec import DTYPE_NAMES, dtype_from_name
 DEFAULT_SHAPES = {
     "vector_add": ["3000000", "50000000"],
     "softmax": ["4096x6144", "2048x12288", "3000x3000"],
+    "softmax_backward": ["4096x6144", "2048x12288", "3000x3000"],
     "layer_norm": ["4096x5120+res", "12288x2048+res"],
     "rms_norm": ["4096x5120+res", "12288x2048+res"],
     "group_norm": ["4x256x48x48,groups=32,activation=silu"],

@@ -9,7 +9,8 @@ machine's Triton.
 Prints JSON lines: first {"triton": version, "path": where it was imported from}, then one line per
 (kernel, dtype, config): {"kernel", "dtype", "config", "ok", "seconds"} and, where it did not compile, "error".
 "config" is "default", or the name of one of DESCRIPTOR_CONFIGS: the GEMM variants that read through host
-tensor descriptors (autotune builds those itself, so Triton's handling of them is checked too).
+tensor descriptors (autotune builds those itself, so Triton's handling of them is checked too), or of
+VARIANT_CONFIGS: variants the defaults do not compile.
 """
 
 from __future__ import annotations
@@ -37,6 +38,12 @@ DESCRIPTOR_CONFIGS = {
                                   "GROUP_M": 4, "SPLIT_K": 1, "num_warps": 4, "num_stages": 2}),
 }
 """Configs launched besides the defaults, by name: (kernel, config)."""
+VARIANT_CONFIGS = {
+    "single": ("softmax_backward", {"variant": "single", "BLOCK_SIZE": 512, "ROWS_PER_PROGRAM": 2, "num_warps": 4,
+                                    "num_stages": 1}),
+    "split": ("group_norm", {"variant": "split", "BLOCK": 16, "SPLIT": 2, "num_warps": 1, "num_stages": 1}),
+}
+"""Variants other than a kernel's default that its default config does not compile, by name: (kernel, config)."""
 NOT_LOADED = "not loaded"  # stands for the CUmodule and CUfunction a real driver would hand back
 ERROR_CHARS = 4000
 
@@ -98,7 +105,7 @@ def compile_defaults() -> None:
     # linear's default config then, said once in a warning.
     warnings.simplefilter("ignore", runtime.NoTunedConfigsWarning)
     launches = [(name, "default", None) for name in registry.shipped()]
-    launches += [(name, label, config) for label, (name, config) in DESCRIPTOR_CONFIGS.items()]
+    launches += [(name, label, config) for label, (name, config) in {**DESCRIPTOR_CONFIGS, **VARIANT_CONFIGS}.items()]
     for name, label, config in launches:
         spec = registry.get(name)
         problem = (spec.interpreter_presets or spec.presets)[0]

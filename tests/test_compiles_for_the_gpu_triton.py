@@ -74,7 +74,17 @@ def test_every_shipped_default_config_compiles_for_hopper(compiled):
 
 def test_the_gemms_descriptor_variants_compile_for_hopper_from_autotunes_host_descriptors(compiled):
     _, lines = compiled
-    variants = [line for line in lines if line["config"] != "default"]
+    variants = [line for line in lines if line["config"] in ("tma", "tma_persistent")]
     assert {(line["kernel"], line["config"]) for line in variants} == {("matmul", "tma"), ("linear", "tma_persistent")}
+    assert {line["dtype"] for line in variants} == DTYPES
+    assert_compiled(variants)
+
+
+def test_the_variants_no_default_compiles_compile_for_hopper(compiled):
+    # softmax_backward's single-pass kernel, group_norm's split.
+    _, lines = compiled
+    variants = [line for line in lines if line["config"] not in ("default", "tma", "tma_persistent")]
+    assert {(line["kernel"], line["config"]) for line in variants} == {
+        ("softmax_backward", "single"), ("group_norm", "split")}
     assert {line["dtype"] for line in variants} == DTYPES
     assert_compiled(variants)

@@ -9,6 +9,7 @@ from autotune import db, gpu, runtime
 from autotune.db import BestRow, ConfigStore
 from autotune.kernels import softmax
 import autotune.kernels.fused_softmax.softmax as fused_softmax
+from autotune.search_spaces.softmax import row_shape
 
 
 def test_conditional_sampling_reaches_the_rare_single_pass_configs():
@@ -29,7 +30,7 @@ def test_conditional_sampling_reaches_the_rare_single_pass_configs():
 def test_bucket_edges_reach_every_config_of_the_bucket():
     problem = fused_softmax.parse_shape("4096x8192")
     edges = fused_softmax.SPEC.edges_for(problem)
-    lengths = {fused_softmax.row_shape(p)[1] for p in edges}
+    lengths = {row_shape(p)[1] for p in edges}
     assert {4097, 8191, 8192} <= lengths
     for config in fused_softmax.SPACE.grid_for(problem):
         runnable = [p for p in edges if fused_softmax.SPACE.rejects(config, p) is None]

@@ -15,7 +15,7 @@ import torch
 from autotune import db
 from autotune.measure import offbucket
 from autotune.runtime import registry
-from autotune.kernels.fused_softmax.softmax import softmax
+import autotune.kernels.fused_softmax.softmax as softmax
 import autotune.kernels.vector_add.add as vector_add
 from autotune.gate.verify import check_problem
 from stored_rows import store_best

@@ -10,7 +10,7 @@ import pathlib
 
 from autotune.measure import report as report_
 
-DRAWN = ("tuned", "default", "torch", "compile", "vendor")
+DRAWN = ("tuned", "default", "torch", "compile", "vendor", "liger", "copy")
 """Implementations drawn, in this order, where the report has them."""
 
 

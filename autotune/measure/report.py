@@ -1,6 +1,7 @@
 """Same-run comparison: a kernel's tuned config (what the runtime launches) against its default config,
-PyTorch eager, torch.compile and a vendor library call, in one process, on the same random inputs; medians,
-rates and the share of the GPU's roofline peak; one record per measurement, a table, and files."""
+PyTorch eager, torch.compile, a vendor library call, Liger-Kernel and a device copy of the same bytes, in one
+process, on the same random inputs, forward alone or forward + backward through autograd; medians, rates and the
+share of the GPU's roofline peak; one record per measurement, a table, and files."""
 
 from __future__ import annotations
 
@@ -16,19 +17,23 @@ from tabulate import tabulate
 
 import autotune
 from autotune import gpu, runtime
-from autotune.measure import bench
+from autotune.gate.verify import outputs_like
+from autotune.measure import bench, peers
 from autotune.runtime import registry
 from autotune.space import Problem
-from autotune.spec import DTYPE_NAMES, KernelSpec, shape_label
-from autotune.gate.verify import outputs_like
+from autotune.spec import DTYPE_NAMES, Cost, KernelSpec, shape_label
 
-IMPLEMENTATIONS = ("tuned", "tuned-launch", "default", "torch", "compile", "vendor")
+IMPLEMENTATIONS = ("tuned", "tuned-launch", "default", "torch", "compile", "vendor", "liger", "copy")
 """What can be timed: the public function as users call it (it launches the runtime's config: exact bucket,
 nearest, else default; the tuned config launched directly where a kernel has none), the tuned config launched
-directly, the default config, the baseline in PyTorch eager, the baseline under torch.compile, and the
-vendor library call (kernels that have one)."""
-AGAINST = ("default", "torch", "compile", "vendor")
+directly, the default config, the baseline in PyTorch eager, the baseline under torch.compile, the
+vendor library call (kernels that have one), Liger-Kernel's op (softmax, layer_norm, rms_norm; where installed)
+and a device copy of the bytes the kernel must move (its cost's)."""
+AGAINST = ("default", "torch", "compile", "vendor", "liger", "copy")
 """What the tuned kernel can be compared against."""
+FORWARD_ONLY = ("tuned-launch", "default", "vendor")
+"""Implementations that launch one kernel's config directly: not timed with `backward` (forward + backward)."""
+FORWARD_AND_BACKWARD = "forward+backward"
 UNITS = {"memory": "GB/s", "compute": "TFLOP/s"}
 
 
@@ -78,6 +83,24 @@ def default_dtypes(spec: KernelSpec) -> tuple[torch.dtype, ...]:
     if gpu.interpreter_active() and torch.float32 in spec.dtypes:
         return (torch.float32,)
     return tuple(spec.dtypes)
+
+
+def backward_spec(name: str) -> KernelSpec:
+    """The backward kernel of forward kernel `name` (`NAME_backward`), whose cost a forward + backward step adds;
+    ValueError naming the kernels that have one where `name` has none."""
+    if f"{name}_backward" not in registry.names():
+        having = [n for n in registry.names() if f"{n}_backward" in registry.names()]
+        raise ValueError(f"--backward: {name} has no backward kernel to time; expected one of {', '.join(having)}")
+    return registry.get(f"{name}_backward")
+
+
+def case_cost(case: Case, backward: bool = False) -> Cost:
+    """FLOPs and the fewest bytes of a case: its kernel's, plus its backward kernel's for a forward + backward step."""
+    cost = case.spec.cost(case.problem, case.dtype)
+    if not backward:
+        return cost
+    back = backward_spec(case.spec.name).cost(case.problem, case.dtype)
+    return Cost(flops=cost.flops + back.flops, bytes=cost.bytes + back.bytes)
 
 
 def plan(
@@ -132,17 +155,28 @@ def environment() -> dict:
     }
 
 
-def measure(plan: Plan, impls: Sequence[str], *, graphs: bool = False,
+def measure(plan: Plan, impls: Sequence[str], *, graphs: bool = False, backward: bool = False,
             on_case: Callable[[int, Case], None] | None = None,
             on_measured: Callable[[dict], None] | None = None) -> dict:
     """Time each implementation in `impls` (see IMPLEMENTATIONS) on each case of the plan; with `graphs`, also
-    replayed from a CUDA graph. The report: `environment()`, the cases skipped, and one record per case and
-    implementation (an implementation that raises is recorded with its error, not timed). `on_measured` gets
-    the report so far after each case but the last, marked "partial" (to save what a cut-short run measured)."""
+    replayed from a CUDA graph; with `backward`, each as a training step: forward and backward through autograd,
+    the gradients of every input tensor (weight, bias and residual included) computed (the tuned kernel and its
+    backward kernel at the runtime's configs; FORWARD_ONLY implementations are left out). The report:
+    `environment()`, what was skipped and why (a peer with nothing to run for a case, e.g. Liger-Kernel not
+    installed), and one record per case and implementation (an implementation that raises is recorded with its
+    error, not timed). `on_measured` gets the report so far after each case but the last, marked "partial" (to
+    save what a cut-short run measured)."""
     unknown = [i for i in impls if i not in IMPLEMENTATIONS]
     if unknown:
         raise ValueError(f"implementations {unknown}: expected some of {IMPLEMENTATIONS}")
-    report = environment()
+    report = {**environment(), "pass": FORWARD_AND_BACKWARD if backward else "forward"}
+    skipped = list(plan.skipped)
+    if backward:
+        for case in plan.cases:
+            backward_spec(case.spec.name)
+        skipped += [f"{impl}: not timed forward + backward (it launches one kernel's config directly)"
+                    for impl in impls if impl in FORWARD_ONLY]
+        impls = [impl for impl in impls if impl not in FORWARD_ONLY]
     records: list[dict] = []
     compiled: dict[str, Callable] = {}
     # One static-shape graph per problem is torch.compile at its best; lift dynamo's limit of 8 recompiles,
@@ -152,34 +186,65 @@ def measure(plan: Plan, impls: Sequence[str], *, graphs: bool = False,
             if on_case:
                 on_case(i, case)
             if "compile" in impls and case.spec.name not in compiled:
-                compiled[case.spec.name] = torch.compile(case.spec.baseline, dynamic=False)
-            records += _measure_case(case, impls, compiled.get(case.spec.name), graphs)
+                compiled[case.spec.name] = torch.compile(peers.torch_function(case.spec) if backward
+                                                         else case.spec.baseline, dynamic=False)
+            records += _measure_case(case, impls, compiled.get(case.spec.name), graphs, backward, skipped)
             if on_measured and i + 1 < len(plan.cases):
                 on_measured({**report, "partial": f"{i + 1} of {len(plan.cases)} cases measured",
-                             "skipped": plan.skipped, "records": list(records)})
-    return {**report, "skipped": plan.skipped, "records": records}
+                             "skipped": list(dict.fromkeys(skipped)), "records": list(records)})
+    return {**report, "skipped": list(dict.fromkeys(skipped)), "records": records}
 
 
-def _measure_case(case: Case, impls: Sequence[str], compiled: Callable | None, graphs: bool) -> list[dict]:
+def _calls(case: Case, inputs: dict, impls: Sequence[str], choice: runtime.Choice, compiled: Callable | None,
+           backward: bool, cost: Cost, skipped: list[str]) -> dict[str, Callable[[], object]]:
+    """What each implementation runs on the case's inputs: one call, or with `backward` one training step; a
+    peer with nothing to run here is left out, and why goes into `skipped`."""
+    spec = case.spec
+    if backward:
+        fns = {"tuned": spec.public, "torch": peers.torch_function(spec), "compile": compiled}  # public: autograd's path
+    else:
+        out = outputs_like(spec.baseline(inputs), None)
+        default = dict(spec.space.default)
+        fns = {
+            "tuned": spec.public or (lambda i: spec.launch(i, choice.config, out)),
+            "tuned-launch": lambda i: spec.launch(i, choice.config, out),
+            "default": lambda i: spec.launch(i, default, out),
+            "torch": spec.baseline,
+            "compile": compiled,
+            "vendor": spec.vendor,
+        }
+    calls = {}
+    for impl in impls:
+        if impl == "copy":
+            calls[impl] = peers.copy_call(cost.bytes, gpu.device())
+            continue
+        fn = fns.get(impl)
+        if impl == "liger":
+            try:
+                fn = peers.liger_function(spec.name, inputs)
+            except peers.PeerUnavailable as exc:
+                skipped.append(f"liger: {exc}" if str(exc) == peers.LIGER_MISSING else
+                               f"{spec.name} {DTYPE_NAMES[case.dtype]} {shape_label(case.problem)} liger: {exc}")
+                continue
+        if fn is None:  # a kernel without a vendor call
+            continue
+        calls[impl] = peers.training_step(fn, inputs) if backward else (lambda fn=fn: fn(inputs))
+    return calls
+
+
+def _measure_case(case: Case, impls: Sequence[str], compiled: Callable | None, graphs: bool, backward: bool = False,
+                  skipped: list[str] | None = None) -> list[dict]:
     spec, problem, dtype = case.spec, case.problem, case.dtype
     inputs = spec.make_inputs(problem, dtype, gpu.device(), 0)
     require_nonzero(spec, inputs)
-    out = outputs_like(spec.baseline(inputs), None)
     bucket = spec.bucket(problem)
     choice = runtime.tuned(spec).resolve(dtype, bucket, problem)
     default = dict(spec.space.default)
-    calls = {
-        "tuned": (lambda: spec.public(inputs)) if spec.public else (lambda: spec.launch(inputs, choice.config, out)),
-        "tuned-launch": lambda: spec.launch(inputs, choice.config, out),
-        "default": lambda: spec.launch(inputs, default, out),
-        "torch": lambda: spec.baseline(inputs),
-        "compile": lambda: compiled(inputs),
-        "vendor": lambda: spec.vendor(inputs),
-    }
-    cost = spec.cost(problem, dtype)
+    cost = case_cost(case, backward)
+    calls = _calls(case, inputs, impls, choice, compiled, backward, cost, [] if skipped is None else skipped)
     records = []
     for impl in impls:
-        if impl == "vendor" and spec.vendor is None:
+        if impl not in calls:
             continue
         records.append({
             "kernel": spec.name, "problem": problem, "shape": shape_label(problem), "bucket": bucket, "bound": spec.bound,
@@ -187,6 +252,7 @@ def _measure_case(case: Case, impls: Sequence[str], compiled: Callable | None, g
             "config": default if impl == "default" else choice.config if impl.startswith("tuned") else None,
             "config_source": choice.source if impl.startswith("tuned") else None,
             "tuned_for": choice.bucket if impl.startswith("tuned") else None,
+            **({"pass": FORWARD_AND_BACKWARD} if backward else {}),
         })
     timings = time_balanced({r["impl"]: calls[r["impl"]] for r in records}, graphs)
     for record in records:
@@ -253,8 +319,9 @@ def rows(report: dict) -> list[dict]:
     table: dict[tuple, dict] = {}
     for r in report["records"]:
         # The bucket tells apart problems of one shape (a residual or not, a layout).
-        key = (r["kernel"], r["dtype"], r["shape"], r["bucket"])
-        row = table.setdefault(key, {"kernel": r["kernel"], "dtype": r["dtype"], "shape": r["shape"], "bucket": r["bucket"],
+        key = (r["kernel"], r.get("pass"), r["dtype"], r["shape"], r["bucket"])
+        row = table.setdefault(key, {"kernel": r["kernel"], **({"pass": r["pass"]} if r.get("pass") else {}),
+                                     "dtype": r["dtype"], "shape": r["shape"], "bucket": r["bucket"],
                                      "config from": None, "unit": UNITS[r["bound"]]})
         if r["impl"] == "tuned":
             row["config from"] = r["config_source"] + (f" ({r['tuned_for']})" if r["config_source"] == "nearest" else "")
@@ -288,6 +355,13 @@ def header(report: dict) -> str:
                      f"kernels, TFLOP/s by dtype ({peaks or 'unknown'}) for compute-bound ones")
     lines.append("vs X: X's time / tuned time (above 1: tuned is faster); tuned: the public function, launching the "
                  "config the runtime picks (config from: exact bucket, nearest, or default)")
+    if report.get("pass") == FORWARD_AND_BACKWARD:
+        lines.append("forward+backward: each timing is one training step, forward and backward through autograd, the "
+                     "gradients of every input (weight, bias and residual included) computed; bytes and rates are the "
+                     "forward's and its backward kernel's together")
+    if any(r["impl"] == "copy" for r in report["records"]):
+        lines.append("copy: a device copy of the bytes the kernel must move (half read, half written); vs copy: the "
+                     "tuned kernel's share of the rate the memory allows")
     if any(r.get("graph_ms") is not None for r in report["records"]):
         lines.append("graph ms, vs X (graph): each call replayed from a CUDA graph, the L2 still cleared before each: "
                      "the GPU's time without the host's, which the plain medians include wherever a call's host path "

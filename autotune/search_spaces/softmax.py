@@ -1,4 +1,6 @@
 """softmax: one row per program slot, either held whole in registers ("single") or streamed twice ("online").
+Its backward (dx = y * (dy - sum(dy * y)) from the saved output y) has the same two shapes: a row of y and dy
+held whole ("single": one read of each, one write) or streamed twice, a pass for the sum and one for dx ("online").
 
 Every constraint depends on the problem only through next_pow2(rows) and next_pow2(N), the two numbers
 of its bucket: a config that runs on one problem of a bucket runs on all of them.
@@ -13,6 +15,8 @@ from autotune.space import next_pow2
 
 MIN_BLOCK = 16
 MAX_ELEMENTS_PER_THREAD = 128
+MAX_BACKWARD_ELEMENTS_PER_THREAD = 64
+"""The backward holds two tiles (y and dy) where the forward holds one."""
 MAX_MULTI_ROW_BLOCK = 4096
 
 DEFAULT: Config = {"variant": "online", "BLOCK_SIZE": 1024, "ROWS_PER_PROGRAM": 1, "num_warps": 4, "num_stages": 2}
@@ -55,6 +59,12 @@ def _fits_in_registers(c: Config, p: Problem) -> str | None:
     return None
 
 
+def _backward_fits_in_registers(c: Config, p: Problem) -> str | None:
+    if c["ROWS_PER_PROGRAM"] * c["BLOCK_SIZE"] > MAX_BACKWARD_ELEMENTS_PER_THREAD * 32 * c["num_warps"]:
+        return f"ROWS_PER_PROGRAM * BLOCK_SIZE > {MAX_BACKWARD_ELEMENTS_PER_THREAD} elements per thread (y and dy tiles)"
+    return None
+
+
 def _no_idle_warps(c: Config, p: Problem) -> str | None:
     # A tile smaller than the program's threads leaves warps with nothing to do; one warp is the floor.
     if c["num_warps"] > 1 and c["ROWS_PER_PROGRAM"] * c["BLOCK_SIZE"] < 32 * c["num_warps"]:
@@ -88,14 +98,16 @@ def _suggest(trial, problem: Problem) -> Config:
             "ROWS_PER_PROGRAM": rows, "num_warps": warps, "num_stages": trial.suggest_categorical("num_stages", [1, 2, 3, 4])}
 
 
+_PARAMS = (
+    Param("variant", ("single", "online")),
+    Param("BLOCK_SIZE", powers_of_two(MIN_BLOCK, 131072)),
+    Param("ROWS_PER_PROGRAM", (1, 2, 4, 8, 16)),
+    Param("num_warps", (1, 2, 4, 8, 16, 32)),
+    Param("num_stages", (1, 2, 3, 4)),
+)
+
 SPACE = SearchSpace(
-    params=(
-        Param("variant", ("single", "online")),
-        Param("BLOCK_SIZE", powers_of_two(MIN_BLOCK, 131072)),
-        Param("ROWS_PER_PROGRAM", (1, 2, 4, 8, 16)),
-        Param("num_warps", (1, 2, 4, 8, 16, 32)),
-        Param("num_stages", (1, 2, 3, 4)),
-    ),
+    params=_PARAMS,
     default=DEFAULT,
     constraints=(
         _block_fits_variant,
@@ -107,6 +119,21 @@ SPACE = SearchSpace(
     ),
     suggest_fn=_suggest,
 )
+
+BACKWARD_SPACE = SearchSpace(
+    params=_PARAMS,
+    default=DEFAULT,
+    constraints=(
+        _block_fits_variant,
+        _single_has_no_loop,
+        _backward_fits_in_registers,
+        _no_idle_warps,
+        _rows_only_for_short_blocks,
+        _rows_exist,
+    ),
+    suggest_fn=_suggest,
+)
+"""The backward's: the forward's parameters and default, half the elements a thread may hold."""
 
 
 def bucket(problem: Problem) -> str:
