@@ -167,8 +167,8 @@ def mlp(x: torch.Tensor, w1: torch.Tensor, b1: torch.Tensor | None, w2: torch.Te
     (biases may be None), without writing the pre-activation to memory; activation None, "relu", "gelu",
     "gelu_tanh" or "silu". float32 multiplies in IEEE float32 (no TF32).
 
-    Differentiable in x and every parameter (the hidden layer is recomputed in the backward); a torch
-    custom op, so it works under torch.compile(fullgraph=True).
+    Differentiable in x and every parameter (the hidden layer is recomputed in the backward), to second
+    order (create_graph=True) too; a torch custom op, so it works under torch.compile(fullgraph=True).
     """
     check_dtype("x", x)
     if x.dim() < 1:
