@@ -247,6 +247,12 @@ def linear_2d(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, 
     return linear_rows(x, weight, bias, activation, False)[0]
 
 
+def as_rows(x: torch.Tensor) -> torch.Tensor:
+    """x (*, K) as (M, K); also for K = 0, where reshape(-1, 0) cannot tell M."""
+    k = x.shape[-1]
+    return x.reshape(-1, k) if k else x.reshape(x.shape[:-1].numel(), 0)
+
+
 def check_dtype(name: str, t: object) -> torch.Tensor:
     """t is a float tensor these kernels take, here."""
     if isinstance(t, torch.Tensor) and t.dtype == torch.bfloat16 and torch.bfloat16 not in DTYPES:
@@ -321,7 +327,7 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
     check_like("weight", weight, x, tuple(weight.shape))
     check_like("bias", bias, x, (weight.shape[0],))
     act = check_activation(activation)
-    y = linear_2d(x.reshape(-1, k), weight, bias, act)
+    y = linear_2d(as_rows(x), weight, bias, act)
     return y.view(*x.shape[:-1], weight.shape[0])
 
 

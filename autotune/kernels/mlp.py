@@ -19,8 +19,8 @@ from autotune.kernels import _matmul_problems as problems_
 from autotune.kernels._gemm import accumulate, activate, dot_pointers, partial_sums, store_tile
 from autotune.kernels._grid import cdiv
 from autotune.kernels.matmul import (
-    activation_backward, apply_activation, check_activation, check_dtype, check_like, gemm_spec, linear_call, linear_rows,
-    mm, needs_graph,
+    activation_backward, apply_activation, as_rows, check_activation, check_dtype, check_like, gemm_spec, linear_call,
+    linear_rows, mm, needs_graph,
 )
 from autotune.search_spaces.mlp import SPACE, bucket
 from autotune.spec import DTYPE_NAMES, Inputs
@@ -181,8 +181,7 @@ def mlp(x: torch.Tensor, w1: torch.Tensor, b1: torch.Tensor | None, w2: torch.Te
     check_like("b1", b1, x, (w1.shape[0],))
     check_like("b2", b2, x, (w2.shape[0],))
     act = check_activation(activation)
-    x2 = x.reshape(-1, k)
-    y = _mlp_call(x2, w1, b1, w2, b2, act)
+    y = _mlp_call(as_rows(x), w1, b1, w2, b2, act)
     return y.view(*x.shape[:-1], w2.shape[0])
 
 
