@@ -36,7 +36,7 @@ NS=${NS:-1024 2048 4096 8192 16384}  # the sequence lengths of the full and caus
 stamp=$(date -u +%Y-%m-%d)
 TESTS="tests/test_flash_attn.py tests/test_flash_attn_backward.py"
 
-shapes() {  # head_dim part: the preset shapes of autotune/kernels/_attn_problems.py
+shapes() {  # head_dim part: the preset shapes of autotune/kernels/attention/problems.py
   local d=$1 part=$2 n
   case $part in
     full|causal)

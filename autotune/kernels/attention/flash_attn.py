@@ -24,6 +24,7 @@ from autotune.kernels.common import checks as _checks
 from autotune.kernels.attention import flash_attn_backward as backward_
 from autotune.kernels.attention.tiles import (LN2, compute_dtype, exp_, key_blocks, load_rows, mma, scalar,
                                          score_multiplier, unit_stride, upcast, widen)
+from autotune.kernels.common import second_order as _second_order
 from autotune.kernels.common.grid import cdiv
 from autotune.kernels.common.rounding import round_to
 from autotune.search_spaces.flash_attn import FORWARD_SPACE, MAX_HEAD_DIM, block_d, bucket
@@ -311,10 +312,20 @@ def _setup_context(ctx, inputs, output) -> None:
     ctx.is_causal, ctx.scale = is_causal, scale
 
 
+_SECOND_ORDER = ("for them, use torch.nn.functional.scaled_dot_product_attention under "
+                 "torch.nn.attention.sdpa_kernel(SDPBackend.MATH)")
+
+
+def _gradients(grads, do, q, k, v):
+    """The backward's (dq, dk, dv), refusing a second backward through them where it records one."""
+    if _second_order.recording():
+        grads = _second_order.refuse("flash_attn", grads, (do, q, k, v), _SECOND_ORDER)
+    return (*grads, None, None)
+
+
 def _flash_attn_backward(ctx, do, _dlse):
     q, k, v, o, lse = ctx.saved_tensors
-    dq, dk, dv = backward_.flash_attn_backward(do, q, k, v, o, lse, ctx.is_causal, ctx.scale)
-    return dq, dk, dv, None, None
+    return _gradients(backward_.flash_attn_backward(do, q, k, v, o, lse, ctx.is_causal, ctx.scale), do, q, k, v)
 
 
 _flash_attn_op.register_autograd(_flash_attn_backward, setup_context=_setup_context)
@@ -334,8 +345,7 @@ class _EagerFlashAttn(torch.autograd.Function):
     @staticmethod
     def backward(ctx, do):
         q, k, v, o, lse = ctx.saved_tensors
-        dq, dk, dv = backward_.backward(do, q, k, v, o, lse, ctx.is_causal, ctx.scale)
-        return dq, dk, dv, None, None
+        return _gradients(backward_.backward(do, q, k, v, o, lse, ctx.is_causal, ctx.scale), do, q, k, v)
 
 
 def _check(q, k, v, is_causal, scale, enable_gqa) -> float:
@@ -379,8 +389,9 @@ def flash_attn(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is_causal: boo
                scale: float | None = None, enable_gqa: bool = False) -> torch.Tensor:
     """torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=, scale=, enable_gqa=) for
     (B, H, N, D) tensors, with the tuned config: causal masks aligned top-left as there, Nq != Nk, grouped
-    heads, head dims 1..256. Differentiable in q, k and v through the tuned backward kernels; a torch custom
-    op, so it works under torch.compile(fullgraph=True)."""
+    heads, head dims 1..256. Differentiable in q, k and v through the tuned backward kernels (once: a second
+    backward through them raises NotImplementedError, as torch's flash backend does); a torch custom op, so it
+    works under torch.compile(fullgraph=True)."""
     scale = _check(q, k, v, is_causal, scale, enable_gqa)
     eager = _checks.EAGER_TYPES
     if torch.compiler.is_compiling() or not (type(q) in eager and type(k) in eager and type(v) in eager):

@@ -153,6 +153,8 @@ def softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
     derivatives are right.
     """
     _checks.float_tensor("x", x)
+    if type(dim) is bool:  # an int to operator.index, but not a dim to torch
+        raise TypeError("dim must be an int, got bool")
     try:
         dim = operator.index(dim)
     except TypeError:

@@ -1,4 +1,4 @@
-"""matmul(a, b) and linear(x, weight, bias, activation): the tuned GEMM kernels (autotune/kernels/_gemm.py)
+"""matmul(a, b) and linear(x, weight, bias, activation): the tuned GEMM kernels (autotune/kernels/gemm/gemm.py)
 as torch custom ops with autograd, their specs, and the public functions.
 
 linear's bias and activation run in the GEMM's epilogue, on the float32 tile in registers: the output is
@@ -38,12 +38,16 @@ def apply_activation(t: torch.Tensor, activation: str) -> torch.Tensor:
 
 
 def activation_backward(dy: torch.Tensor, z: torch.Tensor, activation: str) -> torch.Tensor:
-    """d activation(z) / dz * dy, as torch's autograd computes it from the saved pre-activation z."""
+    """d activation(z) / dz * dy, as torch's autograd computes it from the saved pre-activation z;
+    differentiable in dy and z where grad mode is on (a backward recorded with create_graph=True)."""
     if activation == "relu":
         return torch.ops.aten.threshold_backward(dy, z, 0)
     if activation in ("gelu", "gelu_tanh"):
         return torch.ops.aten.gelu_backward(dy, z, approximate="tanh" if activation == "gelu_tanh" else "none")
     if activation == "silu":
+        if torch.is_grad_enabled():  # aten's silu_backward has no derivative: its formula in differentiable ops
+            s = torch.sigmoid(z)
+            return dy * s * (1 + z * (1 - s))
         return torch.ops.aten.silu_backward(dy, z)
     return dy
 
@@ -179,14 +183,20 @@ def _linear_setup(ctx, inputs, output) -> None:
     ctx.activation = activation
 
 
-def _linear_backward(ctx, dy, _dz):
+def _linear_backward(ctx, dy, dz):
+    """Gradients from dy (of the output) and dz (of the stored pre-activation, where a second-order graph
+    reaches it: mlp's backward differentiates through it)."""
     x, weight, bias, z = ctx.saved_tensors
-    if dy is None:
+    dz = dz if z.numel() else None  # nothing stored: a gradient of the empty output (compiled, zeros) is none
+    if dy is None and dz is None:
         return None, None, None, None, None
-    if ctx.activation != "none":
-        if z.numel() != dy.numel():  # recorded without the pre-activation stored: recompute it
+    if dy is not None and ctx.activation != "none":
+        # Recomputed where it was not stored, or where this backward is recorded (create_graph=True) and z,
+        # kept by _EagerLinear as a plain tensor, has no graph back to x and the parameters.
+        if z.numel() != dy.numel() or torch.is_grad_enabled() and not z.requires_grad and needs_graph(x, weight, bias):
             z = linear_call(x, weight, bias, "none", False)[0]
         dy = activation_backward(dy, z, ctx.activation)
+    dy = dz if dy is None else dy if dz is None else dy + dz
     dx = mm(dy, weight) if ctx.needs_input_grad[0] else None
     dw = mm(dy.t(), x) if ctx.needs_input_grad[1] else None
     db = dy.sum(0) if bias is not None and ctx.needs_input_grad[2] else None
@@ -236,6 +246,12 @@ def linear_2d(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, 
             return linear_op(x, weight, bias, activation, save_pre)[0]  # what torch.compile traces
         return _EagerLinear.apply(x, weight, bias, activation, save_pre)
     return linear_rows(x, weight, bias, activation, False)[0]
+
+
+def as_rows(x: torch.Tensor) -> torch.Tensor:
+    """x (*, K) as (M, K); also for K = 0, where reshape(-1, 0) cannot tell M."""
+    k = x.shape[-1]
+    return x.reshape(-1, k) if k else x.reshape(x.shape[:-1].numel(), 0)
 
 
 def check_dtype(name: str, t: object) -> torch.Tensor:
@@ -299,8 +315,8 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
     (*, K), bias (N,); activation None, "relu", "gelu", "gelu_tanh" or "silu", applied with the bias in
     the GEMM's epilogue. float32 multiplies in IEEE float32 (no TF32).
 
-    Differentiable in x, weight and bias through the tuned matmul; a torch custom op, so it works under
-    torch.compile(fullgraph=True).
+    Differentiable in x, weight and bias through the tuned matmul, to second order (create_graph=True) too;
+    a torch custom op, so it works under torch.compile(fullgraph=True).
     """
     check_dtype("x", x)
     if x.dim() < 1:
@@ -312,7 +328,7 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
     check_like("weight", weight, x, tuple(weight.shape))
     check_like("bias", bias, x, (weight.shape[0],))
     act = check_activation(activation)
-    y = linear_2d(x.reshape(-1, k), weight, bias, act)
+    y = linear_2d(as_rows(x), weight, bias, act)
     return y.view(*x.shape[:-1], weight.shape[0])
 
 

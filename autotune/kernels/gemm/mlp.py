@@ -20,8 +20,8 @@ from autotune.kernels.gemm import problems as problems_
 from autotune.kernels.gemm.gemm import accumulate, activate, dot_pointers, partial_sums, store_tile
 from autotune.kernels.common.grid import cdiv
 from autotune.kernels.gemm.matmul import (
-    activation_backward, apply_activation, check_activation, check_dtype, check_like, gemm_spec, linear_call, linear_rows,
-    mm, needs_graph,
+    activation_backward, apply_activation, as_rows, check_activation, check_dtype, check_like, gemm_spec, linear_call,
+    linear_rows, mm, needs_graph,
 )
 from autotune.search_spaces.mlp import SPACE, bucket
 from autotune.spec import DTYPE_NAMES, Inputs
@@ -168,8 +168,8 @@ def mlp(x: torch.Tensor, w1: torch.Tensor, b1: torch.Tensor | None, w2: torch.Te
     (biases may be None), without writing the pre-activation to memory; activation None, "relu", "gelu",
     "gelu_tanh" or "silu". float32 multiplies in IEEE float32 (no TF32).
 
-    Differentiable in x and every parameter (the hidden layer is recomputed in the backward); a torch
-    custom op, so it works under torch.compile(fullgraph=True).
+    Differentiable in x and every parameter (the hidden layer is recomputed in the backward), to second
+    order (create_graph=True) too; a torch custom op, so it works under torch.compile(fullgraph=True).
     """
     check_dtype("x", x)
     if x.dim() < 1:
@@ -182,8 +182,7 @@ def mlp(x: torch.Tensor, w1: torch.Tensor, b1: torch.Tensor | None, w2: torch.Te
     check_like("b1", b1, x, (w1.shape[0],))
     check_like("b2", b2, x, (w2.shape[0],))
     act = check_activation(activation)
-    x2 = x.reshape(-1, k)
-    y = _mlp_call(x2, w1, b1, w2, b2, act)
+    y = _mlp_call(as_rows(x), w1, b1, w2, b2, act)
     return y.view(*x.shape[:-1], w2.shape[0])
 
 

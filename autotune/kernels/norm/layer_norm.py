@@ -16,6 +16,7 @@ from autotune.kernels.norm import checks as _norm_checks
 from autotune.kernels.norm import problems as problems_
 from autotune.kernels.norm import layer_norm_backward as backward_
 from autotune.kernels.common.rounding import round_to
+from autotune.kernels.common import second_order as _second_order
 from autotune.search_spaces.layer_norm import FORWARD_SPACE, bucket
 from autotune.spec import Inputs, KernelSpec
 
@@ -383,8 +384,24 @@ def _grads(backward, dy, dh, x, weight, bias, mean, eps: float, rms: bool, has_r
         return None, None, None, None
     if dy is None:
         dy = torch.zeros_like(x)
+    if _second_order.recording():
+        dx, dw, db = _torch_grads(dy, x, weight, bias, eps, rms)
+        dx = dx if dh is None else dh if dx is None else dx + dh
+        return dx, dw, db, dx if has_residual else None
     dx, dw, db = backward(dy, x, weight, bias, mean, dh, eps, rms)
     return dx, None if weight is None else dw, None if bias is None else db, dx if has_residual else None
+
+
+def _torch_grads(dy, x, weight, bias, eps: float, rms: bool):
+    """(dx, dweight, dbias) of torch's norm in float32 at x (rows, N), recorded: a backward that is itself
+    differentiated (create_graph=True) gets torch's exact second order instead of the Triton backward's none."""
+    def norm(x, weight, bias):
+        x, weight = x.float(), None if weight is None else weight.float()
+        if rms:
+            return torch.nn.functional.rms_norm(x, x.shape[-1:], weight, eps)
+        return torch.nn.functional.layer_norm(x, x.shape[-1:], weight, None if bias is None else bias.float(), eps)
+
+    return _second_order.torch_gradients(norm, dy, (x, weight, bias))
 
 
 def _fused_norm_backward(ctx, dy, dh, _dmean, _drstd):
@@ -454,8 +471,9 @@ def layer_norm(x: torch.Tensor, normalized_shape, weight: torch.Tensor | None = 
     """torch.nn.functional.layer_norm(x, normalized_shape, weight, bias, eps) with the tuned config.
 
     With `residual`, the add is fused: returns (layer_norm(x + residual), x + residual); y normalizes the
-    exact sum, the returned sum is rounded to x's dtype. Differentiable in x, weight, bias and residual through tuned backward kernels; a torch custom op, so
-    it works under torch.compile(fullgraph=True).
+    exact sum, the returned sum is rounded to x's dtype. Differentiable in x, weight, bias and residual through
+    tuned backward kernels; a backward recorded for second-order gradients (create_graph=True) runs torch's
+    norm instead. A torch custom op, so it works under torch.compile(fullgraph=True).
     """
     shape = _norm_checks.check(x, normalized_shape, weight, bias, eps, residual, eps_may_be_none=False)
     return _norm(x, shape, weight, bias, eps, residual, rms=False)
@@ -467,8 +485,9 @@ def rms_norm(x: torch.Tensor, normalized_shape, weight: torch.Tensor | None = No
     means what it means there: float32's epsilon, the dtype torch computes in (for half inputs too).
 
     With `residual`, the add is fused: returns (rms_norm(x + residual), x + residual); y normalizes the
-    exact sum, the returned sum is rounded to x's dtype. Differentiable in x, weight and residual through tuned backward kernels; a torch custom op, so it
-    works under torch.compile(fullgraph=True).
+    exact sum, the returned sum is rounded to x's dtype. Differentiable in x, weight and residual through tuned
+    backward kernels; a backward recorded for second-order gradients (create_graph=True) runs torch's norm
+    instead. A torch custom op, so it works under torch.compile(fullgraph=True).
     """
     shape = _norm_checks.check(x, normalized_shape, weight, None, eps, residual, eps_may_be_none=True)
     return _norm(x, shape, weight, None, problems_.RMS_NORM_DEFAULT_EPS if eps is None else eps, residual, rms=True)
