@@ -70,7 +70,9 @@ def _load(path: str) -> KernelSpec:
         obj = getattr(module, attr)
     except AttributeError:
         raise UnknownKernel(f"module {module_name!r} has no attribute {attr!r}") from None
-    if callable(obj) and not isinstance(obj, KernelSpec):
+    if isinstance(getattr(obj, "spec", None), KernelSpec):  # a launcher under @autotune.tune
+        obj = obj.spec
+    elif callable(obj) and not isinstance(obj, KernelSpec):
         obj = obj()
     if not isinstance(obj, KernelSpec):
         raise UnknownKernel(f"{path!r} is a {type(obj).__name__}, not a KernelSpec")
