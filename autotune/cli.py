@@ -418,19 +418,51 @@ def db() -> None:
 
 @db.command("export")
 @click.option("--gpu", "gpu_name", required=True, help="GPU whose rows to export.")
-@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False), help="New SQLite file to write.")
-@click.option("--kernel", help="Only this kernel's rows.")
+@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False), help="New file to write.")
+@click.option("--kernel", help="Only this kernel's rows (a name or module:attr path; required by --format triton|json).")
 @click.option("--db", "db_url", help="Source database (default: $AUTOTUNE_DB or ~/.cache).")
 @click.option("--all-sources", is_flag=True, help="Also rows tuned for older sources of a kernel (default: current only).")
-def db_export(gpu_name: str, output: str, kernel: str | None, db_url: str | None, all_sources: bool) -> None:
-    """Write one GPU's best configs into a new database file."""
+@click.option("--format", "fmt", type=click.Choice(["db", "triton", "json"]), default="db", show_default=True,
+              help="db: a database file; triton: a Python module of triton.Config lists per bucket; json: "
+                   "{gpu: {dtype: {bucket: config}}}.")
+def db_export(gpu_name: str, output: str, kernel: str | None, db_url: str | None, all_sources: bool, fmt: str) -> None:
+    """Write one GPU's best configs into a new file: a database, or for one kernel, code that needs no autotune."""
+    gpu_name = gpu.normalize_gpu_name(gpu_name)
+    if fmt != "db":
+        _export_portable(gpu_name, output, kernel, db_url, all_sources, fmt)
+        return
     with _store(db_url) as store:
         try:
-            n = store.export(output, gpu=gpu.normalize_gpu_name(gpu_name), kernel=kernel,
+            n = store.export(output, gpu=gpu_name, kernel=kernel,
                              keep=None if all_sources else _tuned_for_current_source)
         except FileExistsError:
             raise click.ClickException(f"{output} exists; choose a new file") from None
-    click.echo(f"exported {n} row(s) for {gpu.normalize_gpu_name(gpu_name)} to {output}")
+    click.echo(f"exported {n} row(s) for {gpu_name} to {output}")
+
+
+def _export_portable(gpu_name: str, output: str, kernel: str | None, db_url: str | None, all_sources: bool,
+                     fmt: str) -> None:
+    from autotune.db import portable
+
+    if not kernel:
+        raise click.UsageError(f"--format {fmt} exports one kernel's configs: give --kernel")
+    if all_sources:
+        raise click.UsageError("--all-sources is for --format db: a triton or json export holds the configs served now")
+    spec = _spec(kernel)
+    _require_database(db_url)
+    with _store(db_url, readonly=True) as store:
+        rows = [r for r in store.best_rows(kernel=spec.name, gpu=gpu_name, source_hash=spec.source_hash) if not r.flagged]
+    if not rows:
+        raise click.ClickException(f"no rows of {spec.name} on {gpu_name} tuned for its current source to export")
+    try:
+        text = (portable.as_triton_module(spec.name, gpu_name, rows, source=f" (source {spec.source_hash})")
+                if fmt == "triton" else portable.json_text(rows))
+        portable.write_new(output, text)
+    except portable.UnportableRow as exc:
+        raise click.ClickException(str(exc)) from None
+    except FileExistsError:
+        raise click.ClickException(f"{output} exists; choose a new file") from None
+    click.echo(f"exported {len(rows)} config(s) of {spec.name} on {gpu_name} to {output} ({fmt})")
 
 
 def _tuned_for_current_source(row) -> bool:
