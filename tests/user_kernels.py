@@ -87,3 +87,25 @@ def scale_rows(x, w, *, config):
         _scale_rows_kernel[(x.shape[0],)](x, w, out, x.shape[1], **config)
     return out, x.sum(-1)
 
+
+def _staged_bytes(config, problem):
+    """What axpy would stage in shared memory if it pipelined its blocks: BLOCK elements of x and y, 64 bytes of
+    bookkeeping each, per stage (an estimate for the fallback's fit check, not a measurement)."""
+    from autotune.device_limits import Resources
+
+    return Resources(shared_memory=config["BLOCK"] * config["num_stages"] * 128)
+
+
+@autotune.tune(
+    args={"x": autotune.Tensor("n"), "y": autotune.Tensor("n")},
+    reference=lambda x, y, alpha=2.0: alpha * x + y,
+    configs=[triton.Config({"BLOCK": b}, num_warps=4, num_stages=s) for b in (128, 1024) for s in (1, 2)],
+    sizes={"n": (1, 1 << 14)},
+    dtypes=("fp32",),
+    resources=_staged_bytes,
+)
+def staged_axpy(x, y, alpha=2.0, *, config):
+    """axpy with a shared-memory estimate per config."""
+    out = torch.empty_like(x)
+    _axpy_kernel[(triton.cdiv(x.numel(), config["BLOCK"]),)](x, y, out, x.numel(), alpha, **config)
+    return out

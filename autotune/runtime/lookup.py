@@ -13,6 +13,7 @@ from typing import Any
 import torch
 
 from autotune import gpu
+from autotune.runtime import fallback
 from autotune.runtime.databases import read_rows
 from autotune.space import Config, InvalidConfig, Problem
 from autotune.spec import DTYPE_NAMES, KernelSpec
@@ -125,7 +126,8 @@ class TunedConfigs:
         rows: list[tuple[str, Config, str]] = []
         seen: set[str] = set()
         ignored: list[str] = []
-        consulted, any_rows = read_rows(self.spec.name, gpu=gpu_name), False  # every dtype: any rows at all?
+        # Every dtype: any rows at all? None for this GPU: its family's nearest tuned GPU's that fit it serve.
+        consulted, any_rows = fallback.when_untuned(self.spec, gpu_name, read_rows(self.spec.name, gpu=gpu_name)), False
         for url, found in consulted:
             if isinstance(found, Exception):
                 ignored.append(f"database {url} unreadable ({type(found).__name__}: {found})")
