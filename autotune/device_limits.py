@@ -89,6 +89,8 @@ def limits_here(info: gpu.GPUInfo | None = None) -> DeviceLimits | None:
     import torch
 
     props = torch.cuda.get_device_properties(gpu.device())
+    if gpu.canonical_name(props.name) != info.name:  # `info` names another device than the driver's
+        return known
     cc = (props.major, props.minor)
     smem = getattr(props, "shared_memory_per_block_optin", 0) or getattr(props, "shared_memory_per_block", 0)
     return DeviceLimits(info.name, cc, int(smem) or (known.shared_memory if known else 48 * KIB),
