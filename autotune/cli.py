@@ -268,6 +268,57 @@ def search(kernel, gpu_name, dtypes, shapes, trials, timeout, sampler, db_url, s
         raise click.ClickException("no verified config found for some studies (see the table)")
 
 
+@main.command()
+@click.option("--kernel", "kernels", multiple=True,
+              help="Only this kernel (repeatable; a name or module:attr path; default: every shipped and registered one).")
+@click.option("--budget", default="1h", show_default=True, help="Time for the whole run: 2h, 20m, 90s, 1h30m.")
+@click.option("--db", "db_url", help="Database to store into and resume from (default: $AUTOTUNE_DB or ~/.cache).")
+@click.option("--dtype", "dtypes", multiple=True, help="Only this dtype (repeatable; default: every one each kernel supports).")
+@click.option("--trials", default=1000, show_default=True, help="Most trials per study (the budget usually ends it first).")
+@click.option("--examples", default=20, show_default=True, help="Distinct problems each trial's config is verified on.")
+@click.option("--final-examples", default=100, show_default=True, type=click.IntRange(min=1),
+              help="Distinct problems (another seed) each winner is re-verified on before it is stored.")
+@click.option("--format", "fmt", type=FORMATS, default="table", show_default=True)
+def retune(kernels, budget, db_url, dtypes, trials, examples, final_examples, fmt) -> None:
+    """Tune every kernel's presets in every dtype on this GPU within one time budget; run again to continue."""
+    from tqdm import tqdm
+
+    from autotune.engine import retune as retuning
+    from autotune.engine.plan import SearchOptions
+    from autotune.engine.precompile import default_workers
+
+    try:
+        budget_s = retuning.parse_budget(budget)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--budget") from None
+    specs = [_spec(k) for k in dict.fromkeys(kernels)] or [registry.get(n) for n in registry.names()]
+    gpu.warn_if_interpreter_timings()
+    options = SearchOptions(trials=trials, examples=examples, final_examples=final_examples)
+    with _store(db_url) as store, tqdm(desc="retune", unit="study", file=sys.stderr) as bar:
+
+        def started(study, i: int, total: int) -> None:
+            bar.total = total
+            bar.set_postfix_str(study.label)
+
+        def done(outcome) -> None:
+            bar.update(1)
+
+        try:
+            report = retuning.retune(specs, budget_s=budget_s, store=store, options=options,
+                                     dtypes=_dtypes(dtypes, None), compile_workers=default_workers(),
+                                     on_start=started, on_done=done)
+        except gpu.GPUMismatchError as exc:
+            raise click.ClickException(str(exc)) from None
+    counts = ", ".join(f"{report.count(s)} {s}" for s in (retuning.STORED, retuning.KEPT, retuning.NOT_FOUND,
+                                                           retuning.NOT_RUN, retuning.FAILED))
+    click.echo(f"retune on {report.gpu}: {len(report.outcomes)} studies in {budget}: {counts}", err=True)
+    _emit([o.row() for o in report.outcomes], fmt)
+    if report.interrupted:
+        raise click.ClickException("interrupted: `autotune retune` with the same --db continues where this stopped")
+    if report.count(retuning.FAILED):
+        raise click.ClickException(f"{report.count(retuning.FAILED)} studies raised (see the table)")
+
+
 def _gpu_list(text: str | None) -> list[int] | None:
     if not text:
         return None
@@ -460,19 +511,51 @@ def db() -> None:
 
 @db.command("export")
 @click.option("--gpu", "gpu_name", required=True, help="GPU whose rows to export.")
-@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False), help="New SQLite file to write.")
-@click.option("--kernel", help="Only this kernel's rows.")
+@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False), help="New file to write.")
+@click.option("--kernel", help="Only this kernel's rows (a name or module:attr path; required by --format triton|json).")
 @click.option("--db", "db_url", help="Source database (default: $AUTOTUNE_DB or ~/.cache).")
 @click.option("--all-sources", is_flag=True, help="Also rows tuned for older sources of a kernel (default: current only).")
-def db_export(gpu_name: str, output: str, kernel: str | None, db_url: str | None, all_sources: bool) -> None:
-    """Write one GPU's best configs into a new database file."""
+@click.option("--format", "fmt", type=click.Choice(["db", "triton", "json"]), default="db", show_default=True,
+              help="db: a database file; triton: a Python module of triton.Config lists per bucket; json: "
+                   "{gpu: {dtype: {bucket: config}}}.")
+def db_export(gpu_name: str, output: str, kernel: str | None, db_url: str | None, all_sources: bool, fmt: str) -> None:
+    """Write one GPU's best configs into a new file: a database, or for one kernel, code that needs no autotune."""
+    gpu_name = gpu.normalize_gpu_name(gpu_name)
+    if fmt != "db":
+        _export_portable(gpu_name, output, kernel, db_url, all_sources, fmt)
+        return
     with _store(db_url, readonly=True) as store:
         try:
-            n = store.export(output, gpu=gpu.normalize_gpu_name(gpu_name), kernel=kernel,
+            n = store.export(output, gpu=gpu_name, kernel=kernel,
                              keep=None if all_sources else _tuned_for_current_source)
         except FileExistsError:
             raise click.ClickException(f"{output} exists; choose a new file") from None
-    click.echo(f"exported {n} row(s) for {gpu.normalize_gpu_name(gpu_name)} to {output}")
+    click.echo(f"exported {n} row(s) for {gpu_name} to {output}")
+
+
+def _export_portable(gpu_name: str, output: str, kernel: str | None, db_url: str | None, all_sources: bool,
+                     fmt: str) -> None:
+    from autotune.db import portable
+
+    if not kernel:
+        raise click.UsageError(f"--format {fmt} exports one kernel's configs: give --kernel")
+    if all_sources:
+        raise click.UsageError("--all-sources is for --format db: a triton or json export holds the configs served now")
+    spec = _spec(kernel)
+    _require_database(db_url)
+    with _store(db_url, readonly=True) as store:
+        rows = [r for r in store.best_rows(kernel=spec.name, gpu=gpu_name, source_hash=spec.source_hash) if not r.flagged]
+    if not rows:
+        raise click.ClickException(f"no rows of {spec.name} on {gpu_name} tuned for its current source to export")
+    try:
+        text = (portable.as_triton_module(spec.name, gpu_name, rows, source=f" (source {spec.source_hash})")
+                if fmt == "triton" else portable.json_text(rows))
+        portable.write_new(output, text)
+    except portable.UnportableRow as exc:
+        raise click.ClickException(str(exc)) from None
+    except FileExistsError:
+        raise click.ClickException(f"{output} exists; choose a new file") from None
+    click.echo(f"exported {len(rows)} config(s) of {spec.name} on {gpu_name} to {output} ({fmt})")
 
 
 def _tuned_for_current_source(row) -> bool:

@@ -13,6 +13,8 @@ Config = dict[str, Any]
 Problem = dict[str, Any]
 Constraint = Callable[[Config, Problem], "str | None"]
 """Returns why a config cannot run on a problem, or None when it can."""
+LAUNCH_OPTIONS = ("num_warps", "num_stages", "num_ctas", "maxnreg")
+"""Config entries that are Triton launch options, not kernel arguments (`triton.Config`'s keywords)."""
 
 
 class InvalidConfig(ValueError):
@@ -76,8 +78,8 @@ class SearchSpace:
             raise InvalidConfig(f"missing parameter(s) {missing}")
         for p in self.params:
             value = config[p.name]
-            # bool is an int subclass; never let True stand in for 1.
-            if isinstance(value, bool) or value not in p.values:
+            # bool is an int subclass; never let True stand in for 1, nor 1 for True.
+            if not any(v == value and isinstance(v, bool) == isinstance(value, bool) for v in p.values):
                 raise InvalidConfig(f"{p.name}={value!r} is not one of {list(p.values)}")
         return {n: config[n] for n in self.names}
 

@@ -68,6 +68,8 @@ class KernelSpec:
             sum of its terms, not the leftover. Without it an error is relative to the reference value.
         distance: how far apart two of its bucket keys are, where the generic rule (`bucket_distance`: every
             field alike) misjudges which stored config suits a bucket with no row of its own.
+        resources: what a config needs of the device on a problem (`autotune.device_limits.Resources`: shared
+            memory, registers, TMA): a GPU served another GPU's rows drops the configs that do not fit it.
     """
 
     name: str
@@ -89,6 +91,7 @@ class KernelSpec:
     vendor: Callable[[Inputs], Any] | None = None
     error_floor: Callable[[Inputs], Any] | None = None
     distance: Callable[[str, str], float] | None = None
+    resources: Callable[[Config, Problem], Any] | None = None
     dtype_in_problem: bool = False
     dtypes: tuple[torch.dtype, ...] = (torch.float32, torch.float16, torch.bfloat16)
     bound: str = "memory"  # "memory" or "compute": which roofline a result is judged against
@@ -151,9 +154,11 @@ SIZE_KEYS = ("batch", "m", "k", "h", "n")
 
 def shape_label(problem: Problem) -> str:
     """A problem's shape as `--shape` writes it: '4096x8192', '8192x4096x16384,bias,gelu_tanh', or
-    '2x16/4x1:32768x128' and '4x16x4096x128+causal' (attention)."""
+    '2x16/4x1:32768x128' and '4x16x4096x128+causal' (attention), or 'm=64,n=100' (@autotune.tune)."""
     if "shape" in problem:
         return "x".join(map(str, problem["shape"]))
+    if "sizes" in problem:  # a kernel under @autotune.tune: its symbols' sizes
+        return ",".join(f"{k}={v}" for k, v in problem["sizes"].items())
     if "head_dim" in problem:
         heads = f"{problem['heads']}" + (f"/{problem['kv_heads']}" if problem["kv_heads"] != problem["heads"] else "")
         lengths = f"{problem['nq']}" + (f":{problem['nk']}" if problem["nk"] != problem["nq"] else "")

@@ -1,4 +1,5 @@
-"""Hot-path cost of a tuned call: the public function against launching the same config directly.
+"""Hot-path cost of a tuned call: the public function against launching the same config directly, for shipped
+kernels and for a kernel of one's own under @autotune.tune (vector_add's Triton kernel behind the decorator).
 
     python benchmarks/hot_path.py --out benchmarks/results/NAME
 
@@ -16,6 +17,7 @@ import json
 import pathlib
 import statistics
 import time
+import types
 
 import torch
 import triton
@@ -24,6 +26,18 @@ import autotune.kernels
 from autotune import gpu, runtime
 import autotune.kernels.fused_softmax.softmax as fused_softmax
 import autotune.kernels.vector_add.add as vector_add
+
+
+@autotune.tune(args={"x": autotune.Tensor("n"), "y": autotune.Tensor("n")}, reference=lambda x, y: x + y,
+               configs=[triton.Config({"BLOCK_SIZE": 1024}, num_warps=4, num_stages=2)], name="hot_path_add")
+def decorated_add(x, y, *, config):
+    """x + y through the decorator: the shipped add's allocation and launch, with the decorator's lookup."""
+    out = torch.empty_like(x, memory_format=torch.contiguous_format)
+    return vector_add.launch({"x": x, "y": y}, config, out)
+
+
+DECORATED = types.SimpleNamespace(SPEC=decorated_add.spec, launch=vector_add.launch)
+"""The decorated add as `measure` takes a kernel: its spec and the launch its config goes to."""
 
 
 def per_call_samples_us(fn, calls: int = 20000, repeats: int = 7) -> list[float]:
@@ -58,6 +72,8 @@ def measure(calls: int) -> list[dict]:
         ("vector_add", vector_add, lambda: autotune.kernels.add(x, y), {"x": x, "y": y}, x, "n=4096", {"shape": [4096]}),
         ("softmax", fused_softmax, lambda: autotune.kernels.softmax(s, -1), {"x": s, "dim": -1}, s,
          fused_softmax.bucket({"shape": [8, 256], "dim": -1}), {"shape": [8, 256], "dim": -1}),
+        ("@autotune.tune add", DECORATED, lambda: decorated_add(x, y), {"x": x, "y": y}, x, "n=4096",
+         {"sizes": {"n": 4096}, "magnitude": 1.0}),
     ]
     for name, module, public, inputs, like, bucket, problem in cases:
         table = runtime.tuned(module.SPEC)
@@ -68,7 +84,8 @@ def measure(calls: int) -> list[dict]:
 
         public_us = per_call_us(public, calls)
         direct_us = per_call_us(direct, calls)
-        key = like.numel() if name == "vector_add" else tuple(like.reshape(-1, like.shape[-1]).shape)
+        key = {"vector_add": like.numel(), "@autotune.tune add": (x.shape, y.shape)}.get(
+            name, tuple(like.reshape(-1, like.shape[-1]).shape))
         lookup_us = per_call_us(lambda: table.lookup(like.dtype, key, lambda: bucket, lambda: problem), calls * 5)
         rows.append({"kernel": name, "public_us": public_us, "direct_launch_us": direct_us,
                      "overhead_us": public_us - direct_us, "lookup_only_us": lookup_us, "config": config})
@@ -92,6 +109,8 @@ def wrapper_only(calls: int) -> list[dict]:
              lambda: vector_add.launch({"x": x, "y": x}, None, torch.empty_like(x, memory_format=torch.contiguous_format))),
             ("softmax", lambda: autotune.kernels.softmax(s, -1),
              lambda: fused_softmax._launch(s, torch.empty_like(s, memory_format=torch.contiguous_format), 8, 256, (256, 1), (256, 1), None)),
+            ("@autotune.tune add", lambda: decorated_add(x, x),
+             lambda: vector_add.launch({"x": x, "y": x}, None, torch.empty_like(x, memory_format=torch.contiguous_format))),
         ]
         for name, public, direct in cases:
             pub, dire = [], []

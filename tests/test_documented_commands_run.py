@@ -5,7 +5,9 @@ From each fenced `bash` block, the lines starting with `autotune ` (a trailing `
   AUTOTUNE_DB on a fresh file there, and must exit 0 (they need no GPU and take seconds on the interpreter);
 - ones whose comment starts with `gpu` (GPU-only) or `long` (minutes on a CPU) do not run, but their command and
   options must exist: with `--help` appended they exit 0.
-Each fenced `python` block runs as a script the same way, unless its first line is a `# gpu` comment.
+Each fenced `python` block runs as a script the same way, unless its first line is a `# gpu` comment; one whose
+first line is `# file: NAME.py` is saved as NAME.py in that directory first, where the page's later commands import
+it (`autotune verify NAME:attr`).
 README's two commands are the ones .ci/run runs. (The convention is documented in docs/testing.md.)
 """
 
@@ -104,8 +106,11 @@ def test_the_cpu_commands_and_examples_of_a_page_run_as_written(page, tmp_path):
     for snippet in (s for s in ALL if s.page == page and not s.marked):
         if snippet.kind == "command":
             argv = [sys.executable, "-m", "autotune", *shlex.split(snippet.text)[1:]]
-        else:
-            argv = [sys.executable, "-c", snippet.text]
+        else:  # from a file, as users run it: Triton reads a @triton.jit function's source back from its file
+            named = re.match(r"#\s*file:\s*(\w+\.py)\s*$", snippet.text.splitlines()[0]) if snippet.text else None
+            script = tmp_path / (named.group(1) if named else "snippet.py")
+            script.write_text(snippet.text)
+            argv = [sys.executable, str(script)]
         run = subprocess.run(argv, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
         assert run.returncode == 0, f"{snippet} exited {run.returncode}:\n{run.stdout[-2000:]}\n{run.stderr[-3000:]}"
 

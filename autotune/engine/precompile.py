@@ -51,9 +51,17 @@ def importable_name(spec: KernelSpec) -> str | None:
     if module is None or module.__name__ == "__main__":
         return None
     for attr, value in vars(module).items():
-        if value is spec:
+        if value is spec or _spec_of(value) is spec:
             return f"{module.__name__}:{attr}"
     return None
+
+
+def _spec_of(value: object) -> object:
+    """The spec of a launcher under @autotune.tune (its `.spec`); None for anything else."""
+    try:
+        return getattr(value, "spec", None)
+    except Exception:  # a module attribute whose lookup fails is no kernel
+        return None
 
 
 class CompilePool:

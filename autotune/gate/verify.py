@@ -264,6 +264,15 @@ class ReferenceCache:
         return self._item(spec, problem, dtype, seed)[3]
 
 
+_gate_launches = 0
+
+
+def gate_running() -> bool:
+    """Whether the gate is launching a candidate now: a launcher that allocates its own outputs poisons its
+    scratch memory then (`autotune.userkernel`), and only then."""
+    return _gate_launches > 0
+
+
 def check_problem(
     spec: KernelSpec,
     config: Config,
@@ -278,12 +287,16 @@ def check_problem(
     cache = cache or ReferenceCache()
     inputs, base, ref = cache.get(spec, problem, dtype, seed)
     out = outputs_like(base)
+    global _gate_launches
+    _gate_launches += 1
     try:
         spec.launch(inputs, config, out)
         if device.type == "cuda":
             torch.cuda.synchronize(device)
     except Exception as exc:  # a candidate may fail in any way; the trial records how
         return Failure(problem, "error", exception_summary(exc), seed=seed)
+    finally:
+        _gate_launches -= 1
     err, budget, reason = compare_outputs(out, ref, base, cache.floor(spec, problem, dtype, seed))
     if reason:
         return Failure(problem, "incorrect", reason, err, budget, seed)

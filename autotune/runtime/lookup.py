@@ -16,6 +16,7 @@ import torch
 
 from autotune import gpu
 from autotune.db.store import masked_url
+from autotune.runtime import fallback
 from autotune.runtime.databases import read_rows
 from autotune.space import Config, InvalidConfig, Problem
 from autotune.spec import DTYPE_NAMES, KernelSpec
@@ -144,7 +145,8 @@ class TunedConfigs:
         rows: list[tuple[str, Config, str]] = []
         seen: set[str] = set()
         ignored: list[str] = []
-        consulted, any_rows = read_rows(self.spec.name, gpu=gpu_name), False  # every dtype: any rows at all?
+        # Every dtype: any rows at all? None for this GPU: its family's nearest tuned GPU's that fit it serve.
+        consulted, any_rows = fallback.when_untuned(self.spec, gpu_name, read_rows(self.spec.name, gpu=gpu_name)), False
         for url, found in consulted:
             if isinstance(found, Exception):
                 ignored.append(f"database {masked_url(url)} unreadable ({type(found).__name__}: {found})")

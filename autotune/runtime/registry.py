@@ -70,6 +70,8 @@ def _load(path: str) -> KernelSpec:
         obj = getattr(module, attr)
     except AttributeError:
         raise UnknownKernel(f"module {module_name!r} has no attribute {attr!r}") from None
+    if isinstance(getattr(obj, "spec", None), KernelSpec):  # a launcher under @autotune.tune
+        obj = obj.spec
     if not isinstance(obj, KernelSpec):  # never called, whatever it is: a path names a spec, not code to run
         raise UnknownKernel(f"{path!r} is a {type(obj).__name__}, not a KernelSpec")
     return obj

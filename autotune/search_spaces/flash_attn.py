@@ -17,6 +17,7 @@ import functools
 import triton.language as tl
 
 from autotune import gpu
+from autotune.device_limits import Resources
 from autotune.space import Config, Param, Problem, SearchSpace, powers_of_two
 from autotune.space import next_pow2
 
@@ -119,10 +120,19 @@ def _blocks_fit_problem(c: Config, p: Problem) -> str | None:
     return None
 
 
+def forward_shared_memory(c: Config, p: Problem) -> int:
+    """Bytes of tiles a forward program stages: K and V tiles, one per pipeline stage, and the query tile as
+    an MMA operand (SHARED_MEMORY_RESERVED not included)."""
+    return _tile_bytes(p) * block_d(dims(p)[5]) * (c["BLOCK_M"] + 2 * c["BLOCK_N"] * c["num_stages"])
+
+
+def forward_resources(c: Config, p: Problem) -> Resources:
+    """What a forward config needs of a device (a GPU served another GPU's rows checks it)."""
+    return Resources(shared_memory=forward_shared_memory(c, p) + SHARED_MEMORY_RESERVED, tma=c["kv_load"] == "descriptor")
+
+
 def _forward_fits_shared_memory(c: Config, p: Problem) -> str | None:
-    # K and V tiles, one per pipeline stage, and the query tile as an MMA operand.
-    d = block_d(dims(p)[5])
-    need = _tile_bytes(p) * d * (c["BLOCK_M"] + 2 * c["BLOCK_N"] * c["num_stages"])
+    need = forward_shared_memory(c, p)
     if need + SHARED_MEMORY_RESERVED > SHARED_MEMORY_BYTES:
         return f"K/V tiles over {c['num_stages']} stages need {need} bytes of shared memory > {SHARED_MEMORY_BYTES - SHARED_MEMORY_RESERVED}"
     return None
@@ -282,10 +292,20 @@ def _backward_fits_registers(c: Config, p: Problem) -> str | None:
     return None
 
 
-def _backward_fits_shared_memory(c: Config, p: Problem) -> str | None:
-    # Q and dO tiles per stage, K and V as MMA operands.
+def backward_shared_memory(c: Config, p: Problem) -> int:
+    """Bytes of tiles a backward program stages: Q and dO tiles per stage, K and V as MMA operands
+    (SHARED_MEMORY_RESERVED not included)."""
     d = block_d(dims(p)[5])
-    need = _tile_bytes(p, computed=True) * d * (2 * c["BLOCK_M"] * c["num_stages"] + 2 * c["BLOCK_N"])
+    return _tile_bytes(p, computed=True) * d * (2 * c["BLOCK_M"] * c["num_stages"] + 2 * c["BLOCK_N"])
+
+
+def backward_resources(c: Config, p: Problem) -> Resources:
+    """What a backward config needs of a device (a GPU served another GPU's rows checks it)."""
+    return Resources(shared_memory=backward_shared_memory(c, p) + SHARED_MEMORY_RESERVED)
+
+
+def _backward_fits_shared_memory(c: Config, p: Problem) -> str | None:
+    need = backward_shared_memory(c, p)
     if need + SHARED_MEMORY_RESERVED > SHARED_MEMORY_BYTES:
         return f"Q/dO tiles over {c['num_stages']} stages need {need} bytes of shared memory > {SHARED_MEMORY_BYTES - SHARED_MEMORY_RESERVED}"
     return None

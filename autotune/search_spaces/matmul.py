@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import functools
 
+from autotune.device_limits import Resources
 from autotune.space import Config, Param, Problem, SearchSpace
 from autotune.space import next_pow2
 
@@ -127,10 +128,19 @@ def _block_k_fits_dtype(c: Config, p: Problem) -> str | None:
     return None
 
 
+def shared_memory(c: Config, p: Problem) -> int:
+    """Bytes of shared memory a program stages: an A and a B block per pipeline stage."""
+    return (c["BLOCK_M"] + c["BLOCK_N"]) * c["BLOCK_K"] * _itemsize(p) * c["num_stages"]
+
+
+def resources(c: Config, p: Problem) -> Resources:
+    """What a config needs of a device (a GPU served another GPU's rows checks it)."""
+    return Resources(shared_memory=shared_memory(c, p), tma=c["variant"].startswith("tma"))
+
+
 def _fits_shared_memory(c: Config, p: Problem) -> str | None:
-    per_stage = (c["BLOCK_M"] + c["BLOCK_N"]) * c["BLOCK_K"] * _itemsize(p)
     smem = hardware()[0]
-    if per_stage * c["num_stages"] > smem:
+    if shared_memory(c, p) > smem:
         return f"num_stages * (BLOCK_M + BLOCK_N) * BLOCK_K * itemsize > {smem} bytes of shared memory"
     return None
 

@@ -10,6 +10,7 @@ Constraints see the problem only through the dtype and the sizes rounded up to p
 from __future__ import annotations
 
 from autotune.search_spaces.matmul import MAX_ACC_REGISTERS, MAX_FMA_REGISTERS, MIN_BLOCK, MIN_TILE_PER_WARP, hardware, k_range
+from autotune.device_limits import Resources
 from autotune.space import Config, Param, Problem, SearchSpace
 from autotune.space import next_pow2
 
@@ -76,13 +77,23 @@ def _fused_fits_registers(c: Config, p: Problem) -> str | None:
     return None
 
 
-def _fused_fits_shared_memory(c: Config, p: Problem) -> str | None:
+def shared_memory(c: Config, p: Problem) -> int:
+    """Bytes of shared memory the fused kernel's program stages (two_pass: linear's own configs, checked by linear)."""
     if c["variant"] != "fused":
-        return None
+        return 0
     per_stage = (c["BLOCK_M"] + c["BLOCK_H"]) * c["BLOCK_K"]
     second = c["BLOCK_H"] * c["BLOCK_N"] + c["BLOCK_M"] * c["BLOCK_H"]  # the second product's operands
+    return (per_stage * c["num_stages"] + second) * _itemsize(p)
+
+
+def resources(c: Config, p: Problem) -> Resources:
+    """What a config needs of a device (a GPU served another GPU's rows checks it)."""
+    return Resources(shared_memory=shared_memory(c, p))
+
+
+def _fused_fits_shared_memory(c: Config, p: Problem) -> str | None:
     smem = hardware()[0]
-    if (per_stage * c["num_stages"] + second) * _itemsize(p) > smem:
+    if shared_memory(c, p) > smem:
         return f"the operand blocks of both products > {smem} bytes of shared memory"
     return None
 

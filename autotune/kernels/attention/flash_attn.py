@@ -27,7 +27,7 @@ from autotune.kernels.attention.tiles import (LN2, compute_dtype, exp_, key_bloc
 from autotune.kernels.common import second_order as _second_order
 from autotune.kernels.common.grid import cdiv
 from autotune.kernels.common.rounding import round_to
-from autotune.search_spaces.flash_attn import FORWARD_SPACE, MAX_HEAD_DIM, block_d, bucket
+from autotune.search_spaces.flash_attn import FORWARD_SPACE, MAX_HEAD_DIM, block_d, bucket, forward_resources
 from autotune.spec import Inputs, KernelSpec
 
 COMBINE_ROWS = 16
@@ -271,6 +271,7 @@ SPEC = KernelSpec(
     bucket_edges=problems_.bucket_edges,
     public=_public,
     error_floor=math_.forward_floor,
+    resources=forward_resources,
 )
 _TUNED = runtime.tuned(SPEC)
 

@@ -30,7 +30,7 @@ from autotune.kernels.attention.tiles import (LOG2E, compute_dtype, exp_, key_bl
                                          score_multiplier, split_float, unit_stride, upcast, widen)
 from autotune.kernels.common.grid import cdiv
 from autotune.kernels.common.rounding import round_to
-from autotune.search_spaces.flash_attn import BACKWARD_SPACE, block_d, bucket
+from autotune.search_spaces.flash_attn import BACKWARD_SPACE, backward_resources, block_d, bucket
 from autotune.spec import Inputs, KernelSpec
 
 DELTA_ROWS = 32
@@ -372,5 +372,6 @@ SPEC = KernelSpec(
     description="flash_attn backward: dq, dk, dv from the saved log-sum-exp (torch baseline: sdpa forward + backward)",
     bucket_edges=lambda problem: problems_.bucket_edges(problem, large=problems_.BACKWARD_LARGE),
     public=_public,
+    resources=backward_resources,
 )
 _TUNED = runtime.tuned(SPEC)

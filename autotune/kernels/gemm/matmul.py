@@ -20,7 +20,7 @@ from autotune import gpu, runtime
 from autotune.kernels.common import checks as _checks
 from autotune.kernels.gemm import gemm as _gemm
 from autotune.kernels.gemm import problems as problems_
-from autotune.search_spaces.matmul import SPACE, bucket
+from autotune.search_spaces.matmul import SPACE, bucket, resources
 from autotune.spec import DTYPE_NAMES, Inputs, KernelSpec
 
 DTYPES = (torch.float32, torch.float16) if gpu.interpreter_active() else (torch.float32, torch.float16, torch.bfloat16)
@@ -355,7 +355,7 @@ def _torch_linear(inputs: Inputs, dtype: torch.dtype | None, activation: bool = 
 
 def gemm_spec(**fields) -> KernelSpec:
     """A KernelSpec of the matmul family: compute-bound, the dtypes above, constraints that read the dtype."""
-    return KernelSpec(dtypes=DTYPES, bound="compute", dtype_in_problem=True, **fields)
+    return KernelSpec(dtypes=DTYPES, bound="compute", dtype_in_problem=True, **{"resources": resources, **fields})
 
 
 MATMUL = gemm_spec(

@@ -23,7 +23,7 @@ from autotune.kernels.gemm.matmul import (
     activation_backward, apply_activation, as_rows, check_activation, check_dtype, check_like, gemm_spec, linear_call,
     linear_rows, mm, needs_graph,
 )
-from autotune.search_spaces.mlp import SPACE, bucket
+from autotune.search_spaces.mlp import SPACE, bucket, resources
 from autotune.spec import DTYPE_NAMES, Inputs
 
 
@@ -204,6 +204,7 @@ def _torch_mlp(inputs: Inputs, dtype: torch.dtype | None, activation: bool = Tru
 
 MLP = gemm_spec(
     name="mlp",
+    resources=resources,
     space=SPACE,
     launch=_spec_launch,
     reference=lambda inputs: _torch_mlp(inputs, torch.float64),
