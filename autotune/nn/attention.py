@@ -28,7 +28,7 @@ def _reason(query, key, value, attn_mask, dropout_p, scale, enable_gqa) -> str |
         return "not 4-D (batch, heads, sequence, head dim) tensors"
     if key.dtype is not query.dtype or value.dtype is not query.dtype:
         return "q, k and v in different dtypes"
-    if key.device != query.device or value.device != query.device:
+    if key.get_device() != query.get_device() or value.get_device() != query.get_device():
         return "q, k and v on different devices"
     batch, heads, nq, d = query.shape
     kv_heads, nk = key.shape[1], key.shape[2]

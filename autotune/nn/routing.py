@@ -1,9 +1,9 @@
 """Routing policy: whether a supported call goes to the tuned kernels or stays on torch.
 
 - "always": every supported call runs the kernels.
-- "measured": a call runs them only where, for each kernel it launches (the backward's too when autograd records),
-  the stored row of this GPU, dtype and bucket shows the kernel at least as fast as torch (`evidence`); anywhere
-  else torch runs it. Decided once per call shape, so a repeated call costs one dict lookup.
+- "measured": a call runs them only where the stored rows of this GPU, dtype and bucket of the kernels it launches
+  (the backward's too when autograd records) show them, summed, at least as fast as the torch work they replace
+  (`evidence`); anywhere else torch runs it. Decided once per call shape, so a repeated call costs one dict lookup.
 
 Under torch.compile the decision is made while tracing, through `assume_constant_result`: its sizes are made
 concrete with `operator.index`, which specializes the graph on them (one graph per shape, as static shapes have).
@@ -37,8 +37,11 @@ class Decision:
     kind: str
     dtype: str
     sizes: tuple
-    routed: bool
-    verdicts: tuple[evidence.Verdict, ...]
+    judgement: evidence.Judgement
+
+    @property
+    def routed(self) -> bool:
+        return self.judgement.at_least_as_fast
 
     @property
     def call(self) -> str:
@@ -48,8 +51,7 @@ class Decision:
 
     @property
     def why(self) -> str:
-        judged = [v for v in self.verdicts if not v.at_least_as_fast] or list(self.verdicts)
-        return "; ".join(v.describe() for v in judged)
+        return self.judgement.why
 
 
 _ROUTES: dict[tuple, bool] = {}
@@ -61,10 +63,9 @@ def _measured(kind: str, dtype_name: str, *sizes) -> bool:
     key = (kind, dtype_name, *sizes)
     routed = _ROUTES.get(key)
     if routed is None:
-        launches = uses.KINDS[kind](*sizes)
-        verdicts = tuple(evidence.verdict(kernel, DTYPES[dtype_name], problem) for kernel, problem in launches)
-        routed = _ROUTES[key] = all(v.at_least_as_fast for v in verdicts)
-        _DECISIONS[key] = Decision(kind, dtype_name, tuple(sizes), routed, verdicts)
+        judgement = evidence.judge(uses.KINDS[kind](*sizes), DTYPES[dtype_name])
+        routed = _ROUTES[key] = judgement.at_least_as_fast
+        _DECISIONS[key] = Decision(kind, dtype_name, tuple(sizes), judgement)
     return routed
 
 

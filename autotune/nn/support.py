@@ -9,6 +9,7 @@ from autotune import gpu
 
 FLOAT_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 _KERNEL_DEVICE = "cpu" if gpu.interpreter_active() else "cuda"  # fixed once Triton is imported
+_ON_KERNEL_DEVICE = "is_cpu" if _KERNEL_DEVICE == "cpu" else "is_cuda"  # a tensor's flag: cheaper than its device
 GEMM_DTYPES = (torch.float32, torch.float16) if gpu.interpreter_active() else FLOAT_DTYPES
 """linear's and mlp's dtypes: the Triton interpreter computes bfloat16 tl.dot wrongly, so bfloat16 GEMMs need a GPU."""
 MAX_HEAD_DIM = 256
@@ -21,7 +22,7 @@ def tensor(x: object, dtypes: tuple[torch.dtype, ...] = FLOAT_DTYPES) -> str | N
         return "not a tensor"
     if x.dtype not in dtypes:
         return f"dtype {str(x.dtype).removeprefix('torch.')} is not one the kernel takes"
-    if x.device.type != _KERNEL_DEVICE:
+    if not getattr(x, _ON_KERNEL_DEVICE):
         return f"on {x.device.type}, the kernels run on {_KERNEL_DEVICE}"
     if x.is_nested or x.layout is not torch.strided:
         return "not a dense tensor"
@@ -35,7 +36,7 @@ def param(p: torch.Tensor | None, x: torch.Tensor, *, float32_ok: bool) -> str |
     parameters."""
     if p is None:
         return None
-    if p.device != x.device:
+    if p.get_device() != x.get_device():
         return "parameters on another device than the input"
     if p.dtype is x.dtype or (float32_ok and p.dtype is torch.float32):
         return None

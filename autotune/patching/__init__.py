@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import torch
 
+from autotune import runtime
 from autotune.nn import routing
 from autotune.patching.context import PatchContext
 from autotune.patching.diffusers_models import patch_diffusers
@@ -47,6 +48,7 @@ def patch(model: torch.nn.Module, *, force: bool = False) -> PatchReport:
         raise ValueError("model is already patched; autotune.unpatch(model) first")
     ctx = PatchContext(model, "always" if force else "measured")
     routing.clear()  # decide on the databases as they are now
+    runtime.clear_cache()
     try:
         for step in _STEPS:
             step(ctx)

@@ -12,9 +12,10 @@ TORCH = "torch"
 """`Change.now` of a module left as it was."""
 
 _POLICIES = {
-    "measured": "each call runs the kernels only where this GPU's stored row for its dtype and shape bucket shows "
-                "them at least as fast as torch (time_ms <= baseline_time_ms; with autograd, the backward's rows "
-                "too), else torch: `report.calls()` lists what each call shape got, and why",
+    "measured": "each call runs the kernels only where this GPU's stored rows for its dtype and shape buckets show "
+                "them at least as fast as the torch work they replace (their time_ms summed <= torch's "
+                "baseline_time_ms; with autograd, the backward's rows too), else torch: `report.calls()` lists what "
+                "each call shape got, and why",
     "always": "forced: every call the kernels take runs them, whatever the stored rows say",
 }
 

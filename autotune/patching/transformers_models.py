@@ -44,7 +44,7 @@ class _TunedRMSNorm:
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
         x, weight = hidden_states, self.weight
         why = support.tensor(x) or support.empty(x)
-        if why is None and (weight.dtype is not x.dtype or weight.shape != x.shape[-1:] or weight.device != x.device):
+        if why is None and (weight.dtype is not x.dtype or weight.shape != x.shape[-1:] or weight.get_device() != x.get_device()):
             why = "a weight in another dtype, shape or device than the input's"
         if why is None:
             n = x.shape[-1]
