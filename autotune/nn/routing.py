@@ -22,6 +22,9 @@ from autotune.nn import evidence, uses
 from autotune.spec import DTYPE_NAMES, DTYPES
 
 POLICIES = ("measured", "always")
+MAX_SHAPES_REMEMBERED = 4096
+"""Call shapes whose decisions are kept; past that they are forgotten (re-deciding reads no database: the rows are
+kept per bucket)."""
 
 
 def check_policy(policy: object) -> str:
@@ -63,6 +66,9 @@ def _measured(kind: str, dtype_name: str, *sizes) -> bool:
     key = (kind, dtype_name, *sizes)
     routed = _ROUTES.get(key)
     if routed is None:
+        if len(_ROUTES) >= MAX_SHAPES_REMEMBERED:
+            _ROUTES.clear()
+            _DECISIONS.clear()
         judgement = evidence.judge(uses.KINDS[kind](*sizes), DTYPES[dtype_name])
         routed = _ROUTES[key] = judgement.at_least_as_fast
         _DECISIONS[key] = Decision(kind, dtype_name, tuple(sizes), judgement)
