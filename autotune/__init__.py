@@ -11,13 +11,17 @@ from autotune.spec import Cost, KernelSpec  # noqa: E402
 __version__ = "0.1.0"
 
 
-def __getattr__(name: str):
-    # `tune` and `Tensor` import Triton and Hypothesis: only when a user kernel asks for them.
-    if name in ("tune", "Tensor"):
-        from autotune import userkernel
+_LAZY = {"tune": "userkernel", "Tensor": "userkernel", "patch": "patching", "unpatch": "patching"}
+"""Public names whose modules import Triton, Hypothesis or every kernel: loaded when first used, not on import."""
 
-        return getattr(userkernel, name)
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(f"autotune.{_LAZY[name]}"), name)
     raise AttributeError(f"module 'autotune' has no attribute {name!r}")
 
 
-__all__ = ["Cost", "InvalidConfig", "KernelSpec", "Param", "SearchSpace", "Tensor", "get", "names", "register", "tune"]
+__all__ = ["Cost", "InvalidConfig", "KernelSpec", "Param", "SearchSpace", "Tensor", "get", "names", "patch", "register",
+           "tune", "unpatch"]

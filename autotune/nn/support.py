@@ -1,0 +1,65 @@
+"""Whether a call is one the tuned kernels take: each check returns None, or a short reason why torch runs it
+instead. They sit on every call's path, so each is a few attribute reads; reasons are constant strings."""
+
+from __future__ import annotations
+
+import torch
+
+from autotune import gpu
+
+FLOAT_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+_KERNEL_DEVICE = "cpu" if gpu.interpreter_active() else "cuda"  # fixed once Triton is imported
+_ON_KERNEL_DEVICE = "is_cpu" if _KERNEL_DEVICE == "cpu" else "is_cuda"  # a tensor's flag: cheaper than its device
+GEMM_DTYPES = (torch.float32, torch.float16) if gpu.interpreter_active() else FLOAT_DTYPES
+"""linear's and mlp's dtypes: the Triton interpreter computes bfloat16 tl.dot wrongly, so bfloat16 GEMMs need a GPU."""
+MAX_HEAD_DIM = 256
+"""flash_attn's largest head dim."""
+
+
+def tensor(x: object, dtypes: tuple[torch.dtype, ...] = FLOAT_DTYPES) -> str | None:
+    """x is a dense tensor of one of dtypes on the device the kernels run on, outside torch.autocast."""
+    if not isinstance(x, torch.Tensor):
+        return "not a tensor"
+    if x.dtype not in dtypes:
+        return f"dtype {str(x.dtype).removeprefix('torch.')} is not one the kernel takes"
+    if not getattr(x, _ON_KERNEL_DEVICE):
+        return f"on {x.device.type}, the kernels run on {_KERNEL_DEVICE}"
+    if x.is_nested or x.layout is not torch.strided:
+        return "not a dense tensor"
+    if torch.is_autocast_enabled(_KERNEL_DEVICE):
+        return "under torch.autocast, which decides this op's dtype"
+    return None
+
+
+def param(p: torch.Tensor | None, x: torch.Tensor, *, float32_ok: bool) -> str | None:
+    """A parameter (None: absent) is on x's device in x's dtype, or float32 where the kernel takes float32
+    parameters."""
+    if p is None:
+        return None
+    if p.get_device() != x.get_device():
+        return "parameters on another device than the input"
+    if p.dtype is x.dtype or (float32_ok and p.dtype is torch.float32):
+        return None
+    return "parameters in another dtype than the input"
+
+
+def empty(x: torch.Tensor) -> str | None:
+    """Nothing to compute: torch's path costs nothing and keeps its own conventions."""
+    return "empty input" if x.numel() == 0 else None
+
+
+def grad_needed(*tensors: torch.Tensor | None) -> bool:
+    """Whether autograd records this call: then the backward kernels run too, and their rows count."""
+    if not torch.is_grad_enabled():
+        return False
+    for t in tensors:  # a loop, not any(...): this runs on every call's path
+        if t is not None and t.requires_grad:
+            return True
+    return False
+
+
+def check_activation(activation: object, allowed) -> str | None:
+    """A module's activation argument: None or one of allowed; else ValueError naming them."""
+    if activation is not None and activation not in allowed:
+        raise ValueError(f"activation must be None or one of {sorted(allowed)}, got {activation!r}")
+    return activation  # type: ignore[return-value]

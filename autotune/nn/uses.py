@@ -1,0 +1,70 @@
+"""What a routed call launches: each kind of call as the kernels it runs and the problems their stored rows are
+keyed by (a kernel's bucket is computed from its problem). Forward kernels always; with autograd recording, the
+backward's kernels too, since both passes leave torch together."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+Use = tuple[str, dict]
+"""(kernel name, problem) of one launch."""
+
+
+def _norm(kernel: str, m: int, n: int, grad: bool) -> list[Use]:
+    problem = {"shape": [m, n], "residual": False}
+    return [(kernel, problem)] + ([(kernel + "_backward", problem)] if grad else [])
+
+
+def layer_norm(m: int, n: int, grad: bool) -> list[Use]:
+    """layer_norm over rows of n (m rows)."""
+    return _norm("layer_norm", m, n, grad)
+
+
+def rms_norm(m: int, n: int, grad: bool) -> list[Use]:
+    """rms_norm over rows of n (m rows)."""
+    return _norm("rms_norm", m, n, grad)
+
+
+def group_norm(batch: int, channels: int, positions: int, groups: int, channels_last: bool, activation: str,
+               grad: bool) -> list[Use]:
+    """group_norm (with its fused activation) of an (N, C, *) input; the bucket leaves the activation out."""
+    problem = {"shape": [batch, channels, positions], "groups": groups,
+               "layout": "channels_last" if channels_last else "contiguous", "activation": activation}
+    return [("group_norm", problem)] + ([("group_norm_backward", problem)] if grad else [])
+
+
+def _mm(m: int, k: int, n: int) -> Use:
+    return ("matmul", {"m": m, "k": k, "n": n, "batch": 0})
+
+
+def linear(m: int, k: int, n: int, grad_x: bool, grad_w: bool) -> list[Use]:
+    """linear of x (m, k) and weight (n, k); its backward is dx = dz @ W and dW = dz^T @ x, each through the tuned
+    matmul, as torch's backward runs the same two products (bias and activation gradients are torch's own ops in
+    both)."""
+    uses = [("linear", {"m": m, "k": k, "n": n, "batch": 0})]
+    if grad_x:
+        uses.append(_mm(m, n, k))
+    if grad_w:
+        uses.append(_mm(n, m, k))
+    return uses
+
+
+def mlp(m: int, k: int, h: int, n: int) -> list[Use]:
+    """mlp without autograd. Its backward recomputes the hidden layer, work torch's backward does not do, so no
+    pair of rows can show a recorded call as fast as torch's: a recorded call runs two routed linear calls."""
+    return [("mlp", {"m": m, "k": k, "h": h, "n": n})]
+
+
+def flash_attn(batch: int, heads: int, kv_heads: int, nq: int, nk: int, head_dim: int, causal: bool,
+               grad: bool) -> list[Use]:
+    """flash_attn on (B, H, Nq, D) queries and (B, Hk, Nk, D) keys and values."""
+    problem = {"batch": batch, "heads": heads, "kv_heads": kv_heads, "nq": nq, "nk": nk, "head_dim": head_dim,
+               "causal": causal, "scale": None, "magnitude": 1.0, "layout": "contiguous"}
+    return [("flash_attn", problem)] + ([("flash_attn_backward", problem)] if grad else [])
+
+
+KINDS: dict[str, Callable[..., list[Use]]] = {
+    "layer_norm": layer_norm, "rms_norm": rms_norm, "group_norm": group_norm, "linear": linear, "mlp": mlp,
+    "flash_attn": flash_attn,
+}
+"""Each kind of routed call by name: its arguments (sizes and flags) give its launches."""

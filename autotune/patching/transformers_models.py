@@ -1,0 +1,135 @@
+"""Hugging Face transformers models (only where transformers is already imported: a model from it imports it):
+
+- RMSNorm modules whose forward is LlamaRMSNorm's (Llama, Mistral, Mixtral, Qwen2/3 and their MoE variants, Phi-3,
+  ...: compared by source) run the tuned rms_norm. Others, such as Gemma's (1 + weight) and OLMo-2's, are left.
+  Where the weight's dtype differs from the input's, transformers returns the promoted dtype: those calls stay on
+  its forward.
+- Attention: a model on "sdpa" is switched, through transformers' attention-function registry
+  (`AttentionInterface`, and the sdpa mask function under the same name in `AttentionMaskInterface`), to
+  transformers' own sdpa function run inside `route_sdpa`: its F.scaled_dot_product_attention call (mask, GQA and
+  causal handling as transformers does them) goes to flash_attn where it takes the arguments.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import sys
+import textwrap
+
+import torch
+
+from autotune import kernels
+from autotune.nn import route_sdpa, support
+from autotune.nn.routing import fell_back, routed
+from autotune.patching.context import PatchContext
+
+ATTENTION = {"measured": "autotune", "always": "autotune_always"}
+"""The names autotune's attention functions are registered under, per routing policy."""
+
+
+@functools.cache
+def _forward_source(cls: type) -> str:
+    try:
+        return textwrap.dedent(inspect.getsource(cls.forward))
+    except (OSError, TypeError):
+        return ""
+
+
+class _TunedRMSNorm:
+    """Mixed in before a transformers RMSNorm class with LlamaRMSNorm's forward: rms_norm where it takes the call."""
+
+    _autotune_policy: str
+
+    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        x, weight = hidden_states, self.weight
+        why = support.tensor(x) or support.empty(x)
+        if why is None and (weight.dtype is not x.dtype or weight.shape != x.shape[-1:] or weight.get_device() != x.get_device()):
+            why = "a weight in another dtype, shape or device than the input's"
+        if why is None:
+            n = x.shape[-1]
+            if routed(self._autotune_policy, "rms_norm", x.dtype, x.numel() // n, n, support.grad_needed(x, weight)):
+                return kernels.rms_norm(x, (n,), weight, eps=self.variance_epsilon)
+        else:
+            fell_back("rms_norm", why)
+        return super().forward(hidden_states)
+
+
+@functools.cache
+def _tuned_rms_class(cls: type) -> type:
+    return type(cls.__name__, (_TunedRMSNorm, cls), {"__module__": cls.__module__, "__qualname__": cls.__qualname__})
+
+
+def _attention(policy: str):
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    def attention(module, query, key, value, attention_mask, **kwargs):
+        with route_sdpa(policy):
+            return sdpa_attention_forward(module, query, key, value, attention_mask, **kwargs)
+
+    return attention
+
+
+@functools.cache
+def _register_attention() -> None:
+    from transformers import AttentionInterface
+    from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+
+    for policy, name in ATTENTION.items():
+        AttentionInterface.register(name, _attention(policy))
+        AttentionMaskInterface.register(name, sdpa_mask)
+
+
+def patch_transformers(ctx: PatchContext) -> None:
+    if "transformers" not in sys.modules:
+        return
+    from transformers.models.llama.modeling_llama import LlamaRMSNorm
+
+    llama = _forward_source(LlamaRMSNorm)
+    for path, module in ctx.modules():
+        cls = type(module)
+        if not (cls.__module__.startswith("transformers.") and cls.__name__.endswith("RMSNorm")):
+            continue
+        ctx.mark_done(module)
+        if _forward_source(cls) != llama or not hasattr(module, "variance_epsilon"):
+            ctx.record(path, module, "torch", "its forward is not LlamaRMSNorm's, so not rms_norm's math")
+            continue
+        ctx.swap_class(module, _tuned_rms_class(cls), _autotune_policy=ctx.policy)
+        ctx.record(path, cls.__name__, "rms_norm")
+    _route_attention(ctx)
+
+
+def _attention_configs(ctx: PatchContext) -> list[tuple[str, torch.nn.Module, object]]:
+    """(path, module, config) of each transformers config whose attention implementation routes the model's
+    attention: the model's own, or for a part of a model (a decoder layer), each config its modules hold."""
+    from transformers import PretrainedConfig, PreTrainedModel
+
+    if isinstance(ctx.model, PreTrainedModel):
+        return [("", ctx.model, ctx.model.config)]
+    found: dict[int, tuple[str, torch.nn.Module, object]] = {}
+    for path, module in ctx.model.named_modules():
+        config = getattr(module, "config", None)
+        if isinstance(config, PretrainedConfig) and type(module).__module__.startswith("transformers."):
+            found.setdefault(id(config), (path, module, config))
+    return list(found.values())
+
+
+def _route_attention(ctx: PatchContext) -> None:
+    from transformers import PreTrainedModel
+
+    name = ATTENTION[ctx.policy]
+    for path, module, config in _attention_configs(ctx):
+        implementation = config._attn_implementation
+        if implementation != "sdpa":
+            ctx.record(path, module, "torch", f"attention implementation {implementation!r}: only 'sdpa' is routed "
+                                              "(load the model with attn_implementation='sdpa')")
+            continue
+        _register_attention()
+        if isinstance(module, PreTrainedModel):
+            module.set_attn_implementation(name)
+            ctx.on_undo(lambda module=module, was=implementation: module.set_attn_implementation(was))
+        else:
+            config._attn_implementation = name
+            ctx.on_undo(lambda config=config, was=implementation: setattr(config, "_attn_implementation", was))
+        ctx.record(path, module, "flash_attn", f"attention through transformers' AttentionInterface ({name!r}): "
+                                               "its sdpa calls go to flash_attn where it takes them")
