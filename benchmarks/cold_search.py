@@ -24,7 +24,7 @@ from autotune import gpu, runtime
 from autotune.db import ConfigStore
 from autotune.engine.plan import SearchOptions
 from autotune.engine.search import search
-from autotune.gate.verify import outputs_like
+from autotune.gate.compare import outputs_like
 from autotune.measure import bench, report
 from autotune.spec import DTYPE_NAMES, dtype_from_name, shape_label
 

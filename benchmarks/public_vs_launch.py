@@ -13,7 +13,7 @@ import triton
 
 from autotune import gpu, runtime
 from autotune.spec import dtype_from_name
-from autotune.gate.verify import outputs_like
+from autotune.gate.compare import outputs_like
 
 
 def main() -> None:

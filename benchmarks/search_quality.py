@@ -44,7 +44,8 @@ from autotune.engine.precompile import CompilePool
 from autotune.engine.evaluate import COMPILE_ERRORS, Evaluator
 from autotune.engine.plan import make_sampler
 from autotune.spec import DTYPE_NAMES, dtype_from_name
-from autotune.gate.verify import check_problem, outputs_like, verify
+from autotune.gate.verify import check_problem, verify
+from autotune.gate.compare import outputs_like
 
 WITHIN = 1.03
 LOOP_CAP = 10

@@ -100,7 +100,7 @@ def compile_defaults() -> None:
         warnings.filterwarnings("ignore", "no GPU found and Triton was imported before autotune")  # wanted here
         from autotune import runtime
         from autotune.runtime import registry
-        from autotune.gate.verify import outputs_like
+        from autotune.gate.compare import outputs_like
     # mlp's default variant calls linear at linear's tuned configs, of which there are none for this "GPU":
     # linear's default config then, said once in a warning.
     warnings.simplefilter("ignore", runtime.NoTunedConfigsWarning)

@@ -15,7 +15,8 @@ from autotune.kernels.attention import problems as attn
 import autotune.kernels.vector_add.add as vector_add
 from autotune.kernels.attention.flash_attn import SPEC as FLASH_ATTN
 from autotune.kernels.attention.flash_attn_backward import SPEC as FLASH_ATTN_BACKWARD
-from autotune.gate.verify import InvalidOutputs, check_problem, check_references, verify
+from autotune.gate.verify import check_problem, verify
+from autotune.gate.compare import InvalidOutputs, check_references
 from stored_rows import store_best
 from wrong_kernels import EMPTY_BLIND_ADD, TAIL_BUG_ADD
 

@@ -19,7 +19,8 @@ from autotune.kernels.attention import problems as problems_
 from autotune.kernels import flash_attn
 from autotune.kernels.attention.flash_attn import SPEC, descriptor_ok
 from autotune.search_spaces.flash_attn import FORWARD_SPACE as SPACE
-from autotune.gate.verify import ReferenceCache, check_problem, compare, outputs_like, verify
+from autotune.gate.verify import ReferenceCache, check_problem, verify
+from autotune.gate.compare import compare, outputs_like
 
 import attention_checks
 from stored_rows import store_best

@@ -17,7 +17,8 @@ from autotune.kernels.attention import problems as problems_
 from autotune.kernels import flash_attn
 from autotune.kernels.attention.flash_attn_backward import SPEC
 from autotune.search_spaces.flash_attn import BACKWARD_SPACE as SPACE
-from autotune.gate.verify import ReferenceCache, check_problem, compare, outputs_like, verify
+from autotune.gate.verify import ReferenceCache, check_problem, verify
+from autotune.gate.compare import compare, outputs_like
 
 import attention_checks
 from dispatched_ops import DispatchedOps, autotune_ops

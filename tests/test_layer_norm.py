@@ -20,7 +20,8 @@ from autotune.kernels import layer_norm
 from autotune.kernels.norm.layer_norm import LAYER_NORM, RMS_NORM
 from autotune.search_spaces.layer_norm import FORWARD_SPACE as SPACE
 from autotune.search_spaces.layer_norm import bucket
-from autotune.gate.verify import check_problem, compare_outputs, verify
+from autotune.gate.verify import check_problem, verify
+from autotune.gate.compare import compare_outputs
 from stored_rows import store_best
 
 pytestmark = [

@@ -18,7 +18,8 @@ from autotune.kernels import layer_norm
 from autotune.kernels.norm.layer_norm_backward import LAYER_NORM_BACKWARD, RMS_NORM_BACKWARD
 from autotune.search_spaces.layer_norm import BACKWARD_SPACE as SPACE
 from autotune.search_spaces.layer_norm import FORWARD_SPACE
-from autotune.gate.verify import compare_outputs, outputs_like, verify
+from autotune.gate.verify import verify
+from autotune.gate.compare import compare_outputs, outputs_like
 from stored_rows import store_best
 
 pytestmark = [

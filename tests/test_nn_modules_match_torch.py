@@ -12,7 +12,7 @@ import torch.nn.functional as F
 
 from autotune import nn as ann
 from autotune import runtime
-from autotune.gate.verify import compare
+from autotune.gate.compare import compare
 
 
 class TorchGatedMLP(torch.nn.Module):

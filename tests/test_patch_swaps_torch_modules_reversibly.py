@@ -12,7 +12,7 @@ import torch.nn.functional as F
 
 import autotune
 from autotune import runtime
-from autotune.gate.verify import compare
+from autotune.gate.compare import compare
 
 
 class SelfAttention(torch.nn.Module):

@@ -14,7 +14,7 @@ import torch
 
 import autotune
 from autotune import runtime
-from autotune.gate.verify import compare
+from autotune.gate.compare import compare
 
 
 def _require(package: str):

@@ -10,7 +10,7 @@ import torch
 
 from autotune import db
 from autotune.db import SCHEMA_VERSION, ConfigStore
-from autotune.db.store import TIMINGS
+from autotune.db.rows import TIMINGS
 import autotune.kernels.vector_add.add as vector_add
 from autotune.runtime.query import stored_rows
 from autotune.engine.outcome import TrialOutcome, outcome_of, record_outcome

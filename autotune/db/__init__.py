@@ -3,20 +3,10 @@
 from pathlib import Path
 
 from autotune.db.models import SCHEMA_VERSION
-from autotune.db.store import (
-    BestRow,
-    ConfigStore,
-    MergeError,
-    SchemaVersionError,
-    StoreError,
-    TrialRow,
-    UnreadableRowWarning,
-    as_url,
-    default_url,
-    masked_url,
-    rows_to_merge,
-    sqlite_path,
-)
+from autotune.db.connect import as_url, default_url, masked_url, sqlite_path
+from autotune.db.errors import MergeError, SchemaVersionError, StoreError, UnreadableRowWarning
+from autotune.db.rows import BestRow, TrialRow
+from autotune.db.store import ConfigStore, rows_to_merge
 
 
 def shipped_path() -> Path:

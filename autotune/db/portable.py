@@ -13,7 +13,7 @@ import tempfile
 from collections.abc import Sequence
 from typing import Any
 
-from autotune.db.store import BestRow
+from autotune.db.rows import BestRow
 from autotune.space import LAUNCH_OPTIONS
 
 PLAIN = (bool, int, float, str)

@@ -22,7 +22,7 @@ class TrialOutcome:
     reason: str | None = None
     time_ms: float | None = None
     example: Problem | None = None
-    timing: str | None = None  # how time_ms was taken: one of autotune.db.store.TIMINGS
+    timing: str | None = None  # how time_ms was taken: one of autotune.db.rows.TIMINGS
 
 
 def record_outcome(trial: optuna.Trial, outcome: TrialOutcome, examples: int = 0) -> None:

@@ -164,7 +164,7 @@ def _compile(name: str, problems_json: str, dtype_name: str, config_json: str) -
     import autotune
     from autotune import gpu
     from autotune.spec import dtype_from_name
-    from autotune.gate.verify import outputs_like
+    from autotune.gate.compare import outputs_like
 
     spec = autotune.get(name)
     config = json.loads(config_json)

@@ -45,7 +45,7 @@ class SearchResult:
     study_name: str = ""
     compiled_ahead: int = 0  # configs built by compile-ahead workers before their turn
     seconds: dict[str, float] = field(default_factory=dict)  # wall time by phase: where a search's time went
-    best_timing: str | None = None  # how best_ms was taken: one of autotune.db.store.TIMINGS
+    best_timing: str | None = None  # how best_ms was taken: one of autotune.db.rows.TIMINGS
     budget: int | None = None  # distinct configs the study was to evaluate; None where not known
 
     @property

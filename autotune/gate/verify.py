@@ -28,12 +28,9 @@ from autotune import gpu
 from autotune.gate.repeatable_draws import without_local_constants
 from autotune.space import Config, Problem
 from autotune.spec import DTYPE_NAMES, KernelSpec
+from autotune.gate.compare import (Outputs, check_references, compare_outputs, outputs_like)
 from autotune.identity import problem_key
 
-FACTOR = 4.0
-"""How many times PyTorch's own same-dtype error a candidate may have."""
-FP32_SLACK_ULPS = 64
-"""Compute slack in fp32 ulps: kernels accumulate in fp32 but may order or approximate differently."""
 
 def default_max_numel() -> int:
     """Largest problem verify draws by default: small under the interpreter, which is slow per element."""
@@ -95,122 +92,6 @@ class VerifyResult:
         reasons = sorted(self.rejected_by.items(), key=lambda item: -item[1])
         shown = "; ".join(f"{reason} (on {count})" for reason, count in reasons[:3])
         return f"{drawn}: {shown}" + (f"; {len(reasons) - 3} more constraint(s)" if len(reasons) > 3 else "")
-
-
-def storage_eps(dtype: torch.dtype) -> float:
-    return torch.finfo(dtype).eps
-
-
-Outputs = torch.Tensor | tuple[torch.Tensor, ...]
-"""What a kernel writes: one tensor, or a tuple of them (y and the residual sum; dx, dweight, dbias)."""
-
-
-def outputs_like(base: Outputs, fill: float | None = float("nan")) -> Outputs:
-    """Fresh tensors shaped like `base` (a tensor or a tuple of them), filled with `fill` (None: unset)."""
-    if isinstance(base, torch.Tensor):
-        if fill is None:
-            return base.new_empty(base.shape)
-        return torch.full(base.shape, fill, dtype=base.dtype, device=base.device)
-    return tuple(outputs_like(b, fill) for b in base)
-
-
-def compare_outputs(out: Outputs, ref: Outputs, base: Outputs, floor: Outputs | None = None) -> tuple[float, float, str | None]:
-    """`compare` for each output, each judged in its own dtype; the first failure, else the worst error."""
-    if isinstance(base, torch.Tensor):
-        return compare(out, ref, base, base.dtype, floor)
-    if isinstance(out, torch.Tensor) or len(out) != len(base):
-        return float("inf"), 0.0, f"expected {len(base)} outputs"
-    worst = (0.0, 0.0, None)
-    for i, (o, r, b) in enumerate(zip(out, ref, base)):
-        err, budget, reason = compare(o, r, b, b.dtype, None if floor is None else floor[i])
-        if reason:
-            return err, budget, f"output {i}: {reason}"
-        if budget and err / budget > (worst[0] / worst[1] if worst[1] else 0.0):
-            worst = (err, budget, None)
-    return worst
-
-
-def compare(out: torch.Tensor, ref: torch.Tensor, base: torch.Tensor, dtype: torch.dtype,
-            floor: torch.Tensor | None = None) -> tuple[float, float, str | None]:
-    """Error of `out` against float64 `ref`, its budget from `base` (PyTorch, same dtype), and why it fails.
-
-    Elementwise relative error with an absolute floor of one ulp at the tensor's scale; with `floor` (the
-    spec's error_floor), relative to the larger of the reference and the floor, element by element. Where
-    the reference is not finite (overflow, all -inf rows), the candidate must reproduce it, or PyTorch's
-    value where that is not finite either. Where only PyTorch overflowed, the candidate may do the same
-    or be judged against the reference like any other element; likewise where the finite reference is past
-    the dtype's range (it rounds to an infinity there: that infinity is the correctly rounded answer). NaN
-    never passes anywhere else.
-    """
-    if out.shape != ref.shape:
-        return float("inf"), 0.0, f"output shape {tuple(out.shape)} != reference shape {tuple(ref.shape)}"
-    o, r, b = (t.detach().to(device=out.device, dtype=torch.float64).reshape(-1) for t in (out, ref, base))
-    special = ~torch.isfinite(r)
-    if special.any():
-        target = torch.where(torch.isfinite(b[special]), r[special], b[special])
-        got = o[special]
-        same = (got == target) | (torch.isnan(got) & torch.isnan(target))
-        if not bool(same.all()):
-            i = int(torch.nonzero(~same)[0])
-            return float("inf"), 0.0, f"non-finite mismatch: expected {target[i].item()} got {got[i].item()}"
-    torch_overflow = ~special & ~torch.isfinite(b)
-    rounded = r.to(dtype).to(torch.float64)  # the reference as the output's dtype holds it
-    reference_overflow = ~special & torch.isinf(rounded)
-    judged = ~special & ~(torch_overflow & (o == b)) & ~(reference_overflow & (o == rounded))
-    torch_finite = torch.isfinite(b[judged])
-    o, r, b = o[judged], r[judged], b[judged]
-    if o.numel() == 0:
-        return 0.0, 0.0, None
-    if not bool(torch.isfinite(o).all()):
-        i = int(torch.nonzero(~torch.isfinite(o))[0])
-        return float("inf"), 0.0, f"got {o[i].item()} where the reference is {r[i].item()} (unwritten output?)"
-    eps = storage_eps(dtype)
-    atol = max(float(r.abs().max()) * eps, torch.finfo(dtype).tiny)
-    size = r.abs()
-    if floor is not None:
-        size = torch.maximum(size, floor.detach().to(device=out.device, dtype=torch.float64).reshape(-1)[judged])
-    err = float(((o - r).abs() / (size + atol)).max())
-    b, rb, sb = b[torch_finite], r[torch_finite], size[torch_finite]
-    base_err = float(((b - rb).abs() / (sb + atol)).max()) if b.numel() else 0.0
-    budget = FACTOR * base_err + eps + FP32_SLACK_ULPS * torch.finfo(torch.float32).eps
-    if err > budget:
-        return err, budget, f"error {err:.3g} > budget {budget:.3g} (PyTorch {dtype} error {base_err:.3g})"
-    return err, budget, None
-
-
-class InvalidOutputs(TypeError):
-    """A spec's baseline or reference returned something other than the outputs a kernel writes: a bug of
-    the spec (or of torch under it), not of the config being checked."""
-
-
-def _output_shapes(outputs: object) -> list[tuple[int, ...]] | None:
-    """The shapes of a tensor or of a non-empty tuple (or list) of tensors; None for anything else."""
-    if isinstance(outputs, torch.Tensor):
-        return [tuple(outputs.shape)]
-    if isinstance(outputs, (tuple, list)) and outputs and all(isinstance(t, torch.Tensor) for t in outputs):
-        return [tuple(t.shape) for t in outputs]
-    return None
-
-
-def _describe_outputs(outputs: object) -> str:
-    if isinstance(outputs, (tuple, list)):
-        return f"a {type(outputs).__name__} of ({', '.join(type(o).__name__ for o in outputs)})"
-    return f"a {type(outputs).__name__}"
-
-
-def check_references(spec: KernelSpec, problem: Problem, base: object, ref: object) -> None:
-    """Raise InvalidOutputs unless `base` (spec.baseline's) and `ref` (spec.reference's) are each a tensor
-    or a tuple of tensors, alike in count and shapes: what the gate poisons, compares and budgets by."""
-    where = problem_key(problem)
-    shapes = {}
-    for role, outputs in (("baseline", base), ("reference", ref)):
-        shapes[role] = _output_shapes(outputs)
-        if shapes[role] is None:
-            raise InvalidOutputs(f"{spec.name}'s {role} returned {_describe_outputs(outputs)} on {where}: expected "
-                                 "a tensor or a tuple of tensors")
-    if shapes["baseline"] != shapes["reference"]:
-        raise InvalidOutputs(f"{spec.name}'s baseline and reference disagree on {where}: output shapes "
-                             f"{shapes['baseline']} and {shapes['reference']}")
 
 
 MAX_CACHED_BYTES = 8 << 30

@@ -63,7 +63,7 @@ def graph_ms(fn: Callable[[], object], *, warmup_ms: float = 25, rep_ms: float =
 def kernel_time(fn: Callable[[], object], *, warmup_ms: float = 25, rep_ms: float = 100,
                 max_reps: int | None = None) -> tuple[float, str]:
     """Median milliseconds of fn's GPU work, as a search ranks configs, and how it was timed (one of
-    autotune.db.store.TIMINGS): replayed from a CUDA graph where fn can be captured (a config's host path, up to
+    autotune.db.rows.TIMINGS): replayed from a CUDA graph where fn can be captured (a config's host path, up to
     3x its GPU time on small problems, is not the kernel's), time_ms where it cannot (after graph_ms's warning)
     and under the interpreter."""
     graphed = graph_ms(fn, warmup_ms=warmup_ms, rep_ms=rep_ms, max_reps=max_reps)

@@ -19,7 +19,8 @@ from autotune.engine.plan import SearchOptions
 from autotune.engine.search import search
 from autotune.space import Config, Problem
 from autotune.spec import DTYPE_NAMES, KernelSpec, shape_label
-from autotune.gate.verify import ReferenceCache, check_problem, outputs_like
+from autotune.gate.verify import ReferenceCache, check_problem
+from autotune.gate.compare import outputs_like
 
 GOAL = 1.10
 """Issue 7: off-bucket shapes within 10% of the exactly tuned time on average (the mean of runtime ms / exact ms)."""

@@ -17,7 +17,7 @@ from tabulate import tabulate
 
 import autotune
 from autotune import gpu, runtime
-from autotune.gate.verify import outputs_like
+from autotune.gate.compare import outputs_like
 from autotune.measure import bench, peers
 from autotune.runtime import registry
 from autotune.space import Problem

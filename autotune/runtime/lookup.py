@@ -15,7 +15,7 @@ from typing import Any
 import torch
 
 from autotune import gpu
-from autotune.db.store import masked_url
+from autotune.db import masked_url
 from autotune.runtime import fallback
 from autotune.runtime.databases import read_rows
 from autotune.space import Config, InvalidConfig, Problem

@@ -26,7 +26,7 @@ def stored_rows(
 
     `current` says whether a row was tuned for this version of the kernel (the runtime uses only those);
     `verified` how its latest re-verification went (the runtime never serves a row that failed it); `timing`
-    how its time_ms was taken (`autotune.db.store.TIMINGS`; None for rows stored before schema version 3).
+    how its time_ms was taken (`autotune.db.rows.TIMINGS`; None for rows stored before schema version 3).
     """
     from autotune.db import ConfigStore, as_url, masked_url
 

@@ -14,6 +14,7 @@ from autotune.kernels.common import checks as _checks
 from autotune.kernels.norm import group_norm_backward  # also registers the backward op
 from autotune.kernels.common.grid import cdiv
 from autotune.kernels.common import second_order as _second_order
+from autotune.kernels.norm.reference import group_norm_gradients
 from autotune.kernels.norm.group_norm_common import (
     ACTIVATIONS, accumulator, activate, affine, apply_activation, bucket_edges, channels_inner, check_span, cost,
     dense_like_torch, flat_strides, INTERPRETER_PRESETS, lookup_config, make_forward_inputs, parse_shape, PRESETS,
@@ -369,22 +370,9 @@ def _backward_of_forward(ctx, dy, _dmean, _drstd):
 def _gradients(ctx, backward, dy):
     x, weight, bias, mean, rstd = ctx.saved_tensors
     if _second_order.recording():
-        return (*_torch_gradients(dy, x, weight, bias, ctx.groups, ctx.eps, ctx.activation), None, None, None)
+        return (*group_norm_gradients(dy, x, weight, bias, ctx.groups, ctx.eps, ctx.activation), None, None, None)
     dx, dweight, dbias = backward(dy, x, weight, bias, mean, rstd, ctx.groups, ctx.activation)
     return dx, dweight if weight is not None else None, dbias if bias is not None else None, None, None, None
-
-
-def _torch_gradients(dy, x, weight, bias, groups: int, eps: float, activation: str):
-    """(dx, dweight, dbias) of torch's group_norm and activation in float32, recorded: a backward that is itself
-    differentiated (create_graph=True) gets torch's exact second order instead of the Triton backward's none."""
-    def forward(x, weight, bias):
-        def f32(t):
-            return None if t is None else t.float()
-
-        y = torch.nn.functional.group_norm(x.float(), groups, f32(weight), f32(bias), eps)
-        return apply_activation(y, activation)
-
-    return _second_order.torch_gradients(forward, dy, (x, weight, bias))
 
 
 _forward_op.register_autograd(_backward_of_forward, setup_context=_setup_context)

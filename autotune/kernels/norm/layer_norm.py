@@ -15,6 +15,8 @@ from autotune.kernels.common import checks as _checks
 from autotune.kernels.norm import checks as _norm_checks
 from autotune.kernels.norm import problems as problems_
 from autotune.kernels.norm import layer_norm_backward as backward_
+from autotune.kernels.norm.reference import forward_floor, norm_gradients, torch_norm
+from autotune.kernels.norm.rows import as_rows, flat, unit_stride
 from autotune.kernels.common.rounding import round_to
 from autotune.kernels.common import second_order as _second_order
 from autotune.search_spaces.layer_norm import FORWARD_SPACE, bucket
@@ -207,7 +209,7 @@ def launch_rows(x, residual, weight, bias, y, h, mean, rstd, eps: float, rms: bo
 
 
 def _as_rows(t: torch.Tensor | None, norm_dims: int) -> torch.Tensor | None:
-    return backward_.unit_stride(backward_.as_rows(t, norm_dims))
+    return unit_stride(as_rows(t, norm_dims))
 
 
 def _launch_spec(inputs: Inputs, config: dict, out, rms: bool):
@@ -219,43 +221,9 @@ def _launch_spec(inputs: Inputs, config: dict, out, rms: bool):
     if x.numel() == 0:
         return out
     stats = torch.empty((3, x.shape[0]), dtype=torch.float32, device=x.device)
-    launch_rows(x, residual, backward_.flat(inputs["weight"]), backward_.flat(inputs["bias"]), y.view(x.shape),
+    launch_rows(x, residual, flat(inputs["weight"]), flat(inputs["bias"]), y.view(x.shape),
                 None if h is None else h.view(x.shape), None if rms else stats[:2], stats[2], inputs["eps"], rms, config)
     return out
-
-
-def _torch_norm(inputs: Inputs, rms: bool, dtype: torch.dtype | None):
-    """torch.nn.functional's norm of inputs, in dtype (None: the inputs' own), residual added first."""
-    def cast(t):
-        return t if t is None or dtype is None else t.to(dtype)
-
-    x = cast(inputs["x"])
-    h = x if inputs["residual"] is None else x + cast(inputs["residual"])
-    shape = list(inputs["normalized_shape"])
-    if rms:
-        y = torch.nn.functional.rms_norm(h, shape, cast(inputs["weight"]), inputs["eps"])
-    else:
-        weight, bias = cast(inputs["weight"]), cast(inputs["bias"])
-        if backward_.mixed_params(h, weight, bias):
-            # float32 parameters on a half x: what torch's mixed-dtype kernel computes (in float32, one
-            # rounding), also where CUDA's refuses the mix (one parameter absent).
-            y = torch.nn.functional.layer_norm(h.float(), shape, weight, bias, inputs["eps"]).to(h.dtype)
-        else:
-            y = torch.nn.functional.layer_norm(h, shape, weight, bias, inputs["eps"])
-    return y if inputs["residual"] is None else (y, h)
-
-
-def _forward_floor(inputs: Inputs):
-    """Error floor of layer_norm's y (see verify's error_floor), None without a bias: y is the sum of the
-    normalized value z (times the weight) and the bias, and where the two cancel the leftover is far smaller
-    than they are, while z's own rounding errs in proportion to z. The floor is the root of their summed
-    squares, sqrt(z^2 + b^2). The returned sum h gets none: everyone rounds x + residual the same way."""
-    if inputs["bias"] is None:
-        return None
-    z = _torch_norm({**inputs, "bias": None}, False, torch.float64)
-    z = z if inputs["residual"] is None else z[0]
-    floor = (z.square() + inputs["bias"].double().square()).sqrt()
-    return floor if inputs["residual"] is None else (floor, None)
 
 
 def _spec(name: str, rms: bool) -> KernelSpec:
@@ -271,8 +239,8 @@ def _spec(name: str, rms: bool) -> KernelSpec:
         name=name,
         space=FORWARD_SPACE,
         launch=lambda inputs, config, out: _launch_spec(inputs, config, out, rms),
-        reference=lambda inputs: _torch_norm(inputs, rms, torch.float64),
-        baseline=lambda inputs: _torch_norm(inputs, rms, None),
+        reference=lambda inputs: torch_norm(inputs, rms, torch.float64),
+        baseline=lambda inputs: torch_norm(inputs, rms, None),
         problems=lambda max_numel: problems_.problems(max_numel, rms=rms),
         problems_for_config=lambda config, dtype, max_numel: problems_.problems_for_config(
             FORWARD_SPACE, config, max_numel, rms=rms),
@@ -286,7 +254,7 @@ def _spec(name: str, rms: bool) -> KernelSpec:
         description=("rms_norm" if rms else "layer_norm") + " over the trailing dims, optionally fused with a residual add",
         bucket_edges=lambda problem: problems_.bucket_edges(problem, rms=rms),
         public=public,
-        error_floor=None if rms else _forward_floor,
+        error_floor=None if rms else forward_floor,
     )
 
 
@@ -305,7 +273,7 @@ def _config(rms: bool, dtype: torch.dtype, m: int, n: int, has_res: bool) -> dic
 def forward_rows(x, weight, bias, residual, eps: float, rms: bool):
     """The tuned forward on (rows, N) tensors: (y, h or an empty tensor, mean (2, rows) or empty, rstd)."""
     m, n = x.shape
-    x, residual = backward_.unit_stride(x), backward_.unit_stride(residual)
+    x, residual = unit_stride(x), unit_stride(residual)
     y = torch.empty((m, n), dtype=x.dtype, device=x.device)
     h = torch.empty_like(y) if residual is not None else y.new_empty(0)
     # Separate allocations: a custom op's outputs may not alias one another.
@@ -385,23 +353,11 @@ def _grads(backward, dy, dh, x, weight, bias, mean, eps: float, rms: bool, has_r
     if dy is None:
         dy = torch.zeros_like(x)
     if _second_order.recording():
-        dx, dw, db = _torch_grads(dy, x, weight, bias, eps, rms)
+        dx, dw, db = norm_gradients(dy, x, weight, bias, eps, rms)
         dx = dx if dh is None else dh if dx is None else dx + dh
         return dx, dw, db, dx if has_residual else None
     dx, dw, db = backward(dy, x, weight, bias, mean, dh, eps, rms)
     return dx, None if weight is None else dw, None if bias is None else db, dx if has_residual else None
-
-
-def _torch_grads(dy, x, weight, bias, eps: float, rms: bool):
-    """(dx, dweight, dbias) of torch's norm in float32 at x (rows, N), recorded: a backward that is itself
-    differentiated (create_graph=True) gets torch's exact second order instead of the Triton backward's none."""
-    def norm(x, weight, bias):
-        x, weight = x.float(), None if weight is None else weight.float()
-        if rms:
-            return torch.nn.functional.rms_norm(x, x.shape[-1:], weight, eps)
-        return torch.nn.functional.layer_norm(x, x.shape[-1:], weight, None if bias is None else bias.float(), eps)
-
-    return _second_order.torch_gradients(norm, dy, (x, weight, bias))
 
 
 def _fused_norm_backward(ctx, dy, dh, _dmean, _drstd):
@@ -435,8 +391,8 @@ class _ContiguousNorm(torch.autograd.Function):
         def rows(t):
             return None if t is None else t.reshape(-1, n)
 
-        dx, dw, db, dres = _grads(backward_.backward_rows, rows(dy), rows(dh), x.view(-1, n), backward_.flat(weight),
-                                  backward_.flat(bias), mean, ctx.eps, ctx.rms, ctx.has_residual)
+        dx, dw, db, dres = _grads(backward_.backward_rows, rows(dy), rows(dh), x.view(-1, n), flat(weight),
+                                  flat(bias), mean, ctx.eps, ctx.rms, ctx.has_residual)
         return (None if dx is None else dx.view(x.shape), None if dw is None else dw.view(weight.shape),
                 None if db is None else db.view(bias.shape), None if dres is None else dres.view(x.shape),
                 None, None, None)
@@ -457,7 +413,7 @@ def _norm(x, shape, weight, bias, eps: float, residual, rms: bool):
             y, h, _ = _forward_contiguous(x, weight, bias, residual, eps, rms, n, keep_mean=False)
         return y if residual is None else (y, h)
     k = len(shape)
-    args = (backward_.as_rows(x, k), backward_.flat(weight), backward_.flat(bias), backward_.as_rows(residual, k), eps, rms)
+    args = (as_rows(x, k), flat(weight), flat(bias), as_rows(residual, k), eps, rms)
     if grad or not eager:
         y, h, _, _ = _fused_norm(*args)  # also what torch.compile traces
     else:

@@ -15,7 +15,6 @@ it would not.
 
 from __future__ import annotations
 
-import math
 
 import torch
 import triton
@@ -23,6 +22,7 @@ import triton.language as tl
 
 from autotune import gpu, runtime
 from autotune.kernels.norm import problems as problems_
+from autotune.kernels.norm.rows import as_rows, flat, mixed_params, unit_stride
 from autotune.kernels.common.grid import cdiv
 from autotune.kernels.common.rounding import round_to
 from autotune.search_spaces.layer_norm import BACKWARD_SPACE, bucket
@@ -245,31 +245,6 @@ def launch_rows(dy, x, weight, mean, dh, dx, dw, db, eps: float, rms: bool, conf
             HAS_WEIGHT=dw is not None, HAS_BIAS=db is not None, BLOCK_PARTS=max(1, SUM_TILE // cols), BLOCK_COLS=cols,
             num_warps=4,
         )
-
-
-def unit_stride(t: torch.Tensor | None) -> torch.Tensor | None:
-    """t (rows, N) with elements of a row adjacent: the kernels address rows by one stride only."""
-    if t is None or t.stride(1) == 1 or t.shape[1] <= 1:
-        return t
-    return t.contiguous()
-
-
-def as_rows(t: torch.Tensor | None, norm_dims: int) -> torch.Tensor | None:
-    """t as (rows, N), its last norm_dims dims flattened into N: a view where strides allow, else a copy."""
-    if t is None:
-        return None
-    split = t.dim() - norm_dims
-    return t.reshape(math.prod(t.shape[:split]), math.prod(t.shape[split:]))
-
-
-def mixed_params(x: torch.Tensor, *params: torch.Tensor | None) -> bool:
-    """Whether a parameter's dtype differs from x's (float32 weight or bias on half data)."""
-    return any(p is not None and p.dtype != x.dtype for p in params)
-
-
-def flat(t: torch.Tensor | None) -> torch.Tensor | None:
-    """A weight or bias as one contiguous row (None stays None)."""
-    return None if t is None else t.reshape(-1).contiguous()
 
 
 def _launch_spec(inputs: Inputs, config: dict, out, rms: bool):
