@@ -23,5 +23,17 @@ def __getattr__(name: str):
     raise AttributeError(f"module 'autotune' has no attribute {name!r}")
 
 
-__all__ = ["Cost", "InvalidConfig", "KernelSpec", "Param", "SearchSpace", "Tensor", "get", "names", "patch", "register",
-           "tune", "unpatch"]
+__all__ = [
+    "Cost",
+    "InvalidConfig",
+    "KernelSpec",
+    "Param",
+    "SearchSpace",
+    "Tensor",
+    "get",
+    "names",
+    "patch",
+    "register",
+    "tune",
+    "unpatch",
+]

@@ -43,33 +43,44 @@ class Resources:
 
 def family(cc: tuple[int, int]) -> str:
     """'hopper' for (9, 0), 'ampere' for (8, 0) and (8, 6), ... by compute capability."""
-    names = {(7, 0): "volta", (7, 2): "volta", (7, 5): "turing", (8, 0): "ampere", (8, 6): "ampere", (8, 7): "ampere",
-             (8, 9): "ada", (9, 0): "hopper"}
+    names = {
+        (7, 0): "volta",
+        (7, 2): "volta",
+        (7, 5): "turing",
+        (8, 0): "ampere",
+        (8, 6): "ampere",
+        (8, 7): "ampere",
+        (8, 9): "ada",
+        (9, 0): "hopper",
+    }
     if cc in names:
         return names[cc]
     return {10: "blackwell", 11: "blackwell", 12: "blackwell-rtx"}.get(cc[0], f"sm_{cc[0]}{cc[1]}")
 
 
 KIB = 1024
-MODELS: dict[str, DeviceLimits] = {m.name: m for m in (
-    DeviceLimits("H100", (9, 0), 227 * KIB, 132, True),
-    DeviceLimits("H200", (9, 0), 227 * KIB, 132, True),
-    DeviceLimits("H800", (9, 0), 227 * KIB, 132, True),
-    DeviceLimits("H20", (9, 0), 227 * KIB, 78, True),
-    DeviceLimits("GH200", (9, 0), 227 * KIB, 132, True),
-    DeviceLimits("B200", (10, 0), 227 * KIB, 148, True),
-    DeviceLimits("A100", (8, 0), 163 * KIB, 108, False),
-    DeviceLimits("A800", (8, 0), 163 * KIB, 108, False),
-    DeviceLimits("A30", (8, 0), 163 * KIB, 56, False),
-    DeviceLimits("A10", (8, 6), 99 * KIB, 72, False),
-    DeviceLimits("A10G", (8, 6), 99 * KIB, 80, False),
-    DeviceLimits("A40", (8, 6), 99 * KIB, 84, False),
-    DeviceLimits("L4", (8, 9), 99 * KIB, 58, False),
-    DeviceLimits("L40S", (8, 9), 99 * KIB, 142, False),
-    DeviceLimits("RTX4090", (8, 9), 99 * KIB, 128, False),
-    DeviceLimits("V100", (7, 0), 96 * KIB, 80, False),
-    DeviceLimits("T4", (7, 5), 64 * KIB, 40, False),
-)}
+MODELS: dict[str, DeviceLimits] = {
+    m.name: m
+    for m in (
+        DeviceLimits("H100", (9, 0), 227 * KIB, 132, True),
+        DeviceLimits("H200", (9, 0), 227 * KIB, 132, True),
+        DeviceLimits("H800", (9, 0), 227 * KIB, 132, True),
+        DeviceLimits("H20", (9, 0), 227 * KIB, 78, True),
+        DeviceLimits("GH200", (9, 0), 227 * KIB, 132, True),
+        DeviceLimits("B200", (10, 0), 227 * KIB, 148, True),
+        DeviceLimits("A100", (8, 0), 163 * KIB, 108, False),
+        DeviceLimits("A800", (8, 0), 163 * KIB, 108, False),
+        DeviceLimits("A30", (8, 0), 163 * KIB, 56, False),
+        DeviceLimits("A10", (8, 6), 99 * KIB, 72, False),
+        DeviceLimits("A10G", (8, 6), 99 * KIB, 80, False),
+        DeviceLimits("A40", (8, 6), 99 * KIB, 84, False),
+        DeviceLimits("L4", (8, 9), 99 * KIB, 58, False),
+        DeviceLimits("L40S", (8, 9), 99 * KIB, 142, False),
+        DeviceLimits("RTX4090", (8, 9), 99 * KIB, 128, False),
+        DeviceLimits("V100", (7, 0), 96 * KIB, 80, False),
+        DeviceLimits("T4", (7, 5), 64 * KIB, 40, False),
+    )
+}
 """Known models by canonical name (`autotune.gpu.canonical_name`); a GPU here that is not listed is read from
 the driver (`limits_here`)."""
 
@@ -93,9 +104,14 @@ def limits_here(info: gpu.GPUInfo | None = None) -> DeviceLimits | None:
         return known
     cc = (props.major, props.minor)
     smem = getattr(props, "shared_memory_per_block_optin", 0) or getattr(props, "shared_memory_per_block", 0)
-    return DeviceLimits(info.name, cc, int(smem) or (known.shared_memory if known else 48 * KIB),
-                        props.multi_processor_count, cc >= (9, 0),
-                        int(getattr(props, "regs_per_multiprocessor", 0)) or REGISTERS_PER_SM)
+    return DeviceLimits(
+        info.name,
+        cc,
+        int(smem) or (known.shared_memory if known else 48 * KIB),
+        props.multi_processor_count,
+        cc >= (9, 0),
+        int(getattr(props, "regs_per_multiprocessor", 0)) or REGISTERS_PER_SM,
+    )
 
 
 def misfit(needs: Resources, num_warps: int, limits: DeviceLimits) -> str | None:

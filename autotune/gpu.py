@@ -64,9 +64,15 @@ class GPUInfo:
         """(field, value) pairs for people, every value filled: what the interpreter has no figure for
         says why."""
         none = "none: no CUDA device (Triton interpreter)" if self.is_interpreter else "unknown"
-        memory = "unknown" if not self.memory_bytes else f"{self.memory_bytes / 2**30:.1f}" + (
-            " (host memory: the interpreter's tensors live there)" if self.is_interpreter else "")
-        no_peak = "n/a: interpreter timings are not GPU timings" if self.is_interpreter else "unknown (not in gpu.MODELS)"
+        memory = (
+            "unknown"
+            if not self.memory_bytes
+            else f"{self.memory_bytes / 2**30:.1f}"
+            + (" (host memory: the interpreter's tensors live there)" if self.is_interpreter else "")
+        )
+        no_peak = (
+            "n/a: interpreter timings are not GPU timings" if self.is_interpreter else "unknown (not in gpu.MODELS)"
+        )
         peaks = ", ".join(f"{dtype} {rate:g}" for dtype, rate in self.peak_tflops.items() if rate)
         return [
             ("name", self.name),

@@ -91,7 +91,9 @@ class SearchSpace:
         try:
             given = json.loads(text)
         except json.JSONDecodeError as exc:
-            raise InvalidConfig(f"expected {expected}, got {text!r}, which is not JSON ({exc.msg} at character {exc.pos})") from None
+            raise InvalidConfig(
+                f"expected {expected}, got {text!r}, which is not JSON ({exc.msg} at character {exc.pos})"
+            ) from None
         if not isinstance(given, dict):
             raise InvalidConfig(f"expected {expected}, got {text!r}")
         return self.validate({**self.default, **given})

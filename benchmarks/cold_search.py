@@ -11,7 +11,6 @@ in under 5 minutes of wall time.
 
 from __future__ import annotations
 
-import autotune  # first: picks the Triton interpreter when there is no GPU, before Triton is imported
 import argparse
 import json
 import statistics
@@ -20,12 +19,13 @@ import time
 
 import torch
 
+import autotune  # first: picks the Triton interpreter when there is no GPU, before Triton is imported
 from autotune import gpu, runtime
 from autotune.db import ConfigStore
 from autotune.engine.plan import SearchOptions
 from autotune.engine.search import search
 from autotune.gate.compare import outputs_like
-from autotune.measure import bench, report
+from autotune.measure import bench, environment
 from autotune.spec import DTYPE_NAMES, dtype_from_name, shape_label
 
 GOAL_RATIO = 0.97
@@ -50,7 +50,7 @@ def alternated_ms(spec, problem, dtype, configs: dict[str, dict], rounds: int) -
     out = outputs_like(spec.baseline(inputs), None)
     times: dict[str, list[float]] = {label: [] for label in configs}
     for r in range(rounds):
-        for label in (list(configs) if r % 2 == 0 else list(reversed(configs))):
+        for label in list(configs) if r % 2 == 0 else list(reversed(configs)):
             ms, _ = bench.kernel_time(lambda cfg=configs[label]: spec.launch(inputs, cfg, out))
             times[label].append(ms)
     return {label: statistics.median(t) for label, t in times.items()}
@@ -73,25 +73,47 @@ def main() -> None:
     known = best_known(spec, problem, dtype)
     with tempfile.TemporaryDirectory() as tmp, ConfigStore(f"sqlite:///{tmp}/cold.sqlite") as store:
         started = time.perf_counter()
-        result = search(spec, problem, dtype, SearchOptions(trials=args.trials, timeout=args.timeout, cold=True,
-                                                            examples=args.examples, final_examples=args.final_examples),
-                        store=store)
+        result = search(
+            spec,
+            problem,
+            dtype,
+            SearchOptions(
+                trials=args.trials,
+                timeout=args.timeout,
+                cold=True,
+                examples=args.examples,
+                final_examples=args.final_examples,
+            ),
+            store=store,
+        )
         wall = time.perf_counter() - started
-    record = {"kernel": spec.name, "dtype": args.dtype, "shape": shape_label(problem), "bucket": spec.bucket(problem),
-              "wall_s": wall, "evaluations": result.evaluations, "cold_config": result.best_config,
-              "cold_search_ms": result.best_ms, "known_config": known[0] if known else None,
-              "known_database": known[1] if known else None, **report.environment()}
+    record = {
+        "kernel": spec.name,
+        "dtype": args.dtype,
+        "shape": shape_label(problem),
+        "bucket": spec.bucket(problem),
+        "wall_s": wall,
+        "evaluations": result.evaluations,
+        "cold_config": result.best_config,
+        "cold_search_ms": result.best_ms,
+        "known_config": known[0] if known else None,
+        "known_database": known[1] if known else None,
+        **environment.environment(),
+    }
     if result.best_config is not None and known is not None:
         timed = alternated_ms(spec, problem, dtype, {"cold": result.best_config, "known": known[0]}, args.rounds)
         record.update(cold_ms=timed["cold"], known_ms=timed["known"], ratio=timed["known"] / timed["cold"])
         record["goal_met"] = record["ratio"] >= GOAL_RATIO and wall <= GOAL_SECONDS
-    lines = [report.probe_header(record, f"cold search of {spec.name} {args.dtype} {record['shape']}"), "",
-             "| wall s | evaluations | cold winner | best known | cold ms | known ms | known / cold | goal met |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- |",
-             f"| {wall:.0f} | {result.evaluations} | `{json.dumps(result.best_config)}` | "
-             f"`{json.dumps(known[0]) if known else '-'}` | {record.get('cold_ms', float('nan')):.4f} | "
-             f"{record.get('known_ms', float('nan')):.4f} | {record.get('ratio', float('nan')):.3f} | "
-             f"{record.get('goal_met', '-')} |"]
+    lines = [
+        environment.probe_header(record, f"cold search of {spec.name} {args.dtype} {record['shape']}"),
+        "",
+        "| wall s | evaluations | cold winner | best known | cold ms | known ms | known / cold | goal met |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+        f"| {wall:.0f} | {result.evaluations} | `{json.dumps(result.best_config)}` | "
+        f"`{json.dumps(known[0]) if known else '-'}` | {record.get('cold_ms', float('nan')):.4f} | "
+        f"{record.get('known_ms', float('nan')):.4f} | {record.get('ratio', float('nan')):.3f} | "
+        f"{record.get('goal_met', '-')} |",
+    ]
     text = "\n".join(lines) + "\n"
     with open(f"{args.out}.md", "w") as f:
         f.write(text)

@@ -1,7 +1,8 @@
 """One report from several `autotune bench --out` runs of one GPU: every row, each kernel's geometric means of
 the same-run ratios (tuned against the default config, torch eager and torch.compile), and the plot.
 
-    python benchmarks/combine_bench.py A.json B.json ... --out benchmarks/results/report-H100-DATE [--plot P.png] [--dtype bf16]
+    python benchmarks/combine_bench.py A.json B.json ... --out benchmarks/results/report-H100-DATE
+        [--plot P.png] [--dtype bf16]
 
 A row is measured in one run (its ratios are never formed across runs); where two runs measured the same
 kernel, dtype, shape and bucket, the later file given wins. Runs of different GPUs, torch or Triton versions
@@ -15,8 +16,7 @@ import json
 import math
 import pathlib
 
-from autotune.measure import plot
-from autotune.measure import report
+from autotune.measure import plot, report
 
 RATIOS = ("vs default", "vs torch", "vs compile", "vs liger", "vs copy")
 
@@ -37,11 +37,16 @@ def merge(paths: list[str], dtype: str | None = None) -> dict:
             by_problem.setdefault((r["kernel"], r.get("pass"), r["dtype"], r["shape"], r["bucket"]), []).append(r)
         records.update(by_problem)
     timings = {run.get("timing", "unrecorded") for run in runs}
-    merged = {**runs[-1], "records": [r for rs in records.values() for r in rs],
-              "skipped": [s for run in runs for s in run.get("skipped", [])],
-              "timing": timings.pop() if len(timings) == 1 else "each run's own, given under \"Runs combined\"",
-              "sources": [{"file": pathlib.Path(p).name, "date": run["date"], "timing": run.get("timing", "unrecorded")}
-                          for p, run in zip(paths, runs)]}
+    merged = {
+        **runs[-1],
+        "records": [r for rs in records.values() for r in rs],
+        "skipped": [s for run in runs for s in run.get("skipped", [])],
+        "timing": timings.pop() if len(timings) == 1 else 'each run\'s own, given under "Runs combined"',
+        "sources": [
+            {"file": pathlib.Path(p).name, "date": run["date"], "timing": run.get("timing", "unrecorded")}
+            for p, run in zip(paths, runs)
+        ],
+    }
     merged["rows"] = report.rows(merged)
     return merged
 
@@ -55,8 +60,14 @@ def summary(rows: list[dict]) -> list[dict]:
     """Per kernel and over all rows: how many rows, and the geometric mean of each ratio."""
     kernels = list(dict.fromkeys(r["kernel"] for r in rows))
     groups = [(k, [r for r in rows if r["kernel"] == k]) for k in kernels] + [("all", rows)]
-    return [{"kernel": name, "rows": len(group), **{f"geomean {ratio}": geomean([r.get(ratio) for r in group])
-                                                   for ratio in RATIOS}} for name, group in groups]
+    return [
+        {
+            "kernel": name,
+            "rows": len(group),
+            **{f"geomean {ratio}": geomean([r.get(ratio) for r in group]) for ratio in RATIOS},
+        }
+        for name, group in groups
+    ]
 
 
 def main() -> None:
@@ -70,10 +81,18 @@ def main() -> None:
     merged = merge(args.runs, args.dtype)
     merged["summary"] = summary(merged["rows"])
     one_timing = len({s["timing"] for s in merged["sources"]}) == 1
-    sources = "\n".join(f"- `{s['file']}` ({s['date']}{'' if one_timing else '; ' + s['timing']})" for s in merged["sources"])
-    text = (report.header(merged) + f"\n\nRuns combined (a later one wins where two measured the same problem):\n{sources}\n\n"
-            + "Geometric means of the same-run ratios (above 1: tuned is faster):\n\n" + report.tabulated(merged["summary"])
-            + "\n" + report.tabulated(merged["rows"]) + report.notes(merged))
+    sources = "\n".join(
+        f"- `{s['file']}` ({s['date']}{'' if one_timing else '; ' + s['timing']})" for s in merged["sources"]
+    )
+    text = (
+        report.header(merged)
+        + f"\n\nRuns combined (a later one wins where two measured the same problem):\n{sources}\n\n"
+        + "Geometric means of the same-run ratios (above 1: tuned is faster):\n\n"
+        + report.tabulated(merged["summary"])
+        + "\n"
+        + report.tabulated(merged["rows"])
+        + report.notes(merged)
+    )
     out = pathlib.Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.with_name(out.name + ".json").write_text(json.dumps(merged, indent=1, default=str))

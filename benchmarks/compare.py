@@ -16,8 +16,7 @@ from __future__ import annotations
 
 import argparse
 
-from autotune.measure import bench
-from autotune.measure import report
+from autotune.measure import bench, report
 from autotune.spec import dtype_from_name
 
 IMPLS = ("tuned", "tuned-launch", "default", "torch", "compile", "vendor")

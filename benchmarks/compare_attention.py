@@ -12,7 +12,6 @@ A backend that refuses a shape is recorded as unsupported, with torch's reason.
 
 from __future__ import annotations
 
-import autotune  # first: picks the Triton interpreter when there is no GPU, before Triton is imported
 import argparse
 
 import torch
@@ -20,14 +19,17 @@ import torch.nn.functional as F
 from tabulate import tabulate
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
+import autotune  # first: picks the Triton interpreter when there is no GPU, before Triton is imported
 from autotune import gpu, runtime
-from autotune.measure import bench
-from autotune.measure import report
 from autotune.kernels import flash_attn
+from autotune.measure import bench, environment, report
 from autotune.spec import DTYPE_NAMES, dtype_from_name, shape_label
 
-BACKENDS = {"sdpa-flash": SDPBackend.FLASH_ATTENTION, "sdpa-cudnn": SDPBackend.CUDNN_ATTENTION,
-            "sdpa-efficient": SDPBackend.EFFICIENT_ATTENTION}
+BACKENDS = {
+    "sdpa-flash": SDPBackend.FLASH_ATTENTION,
+    "sdpa-cudnn": SDPBackend.CUDNN_ATTENTION,
+    "sdpa-efficient": SDPBackend.EFFICIENT_ATTENTION,
+}
 GOALS = (("fwd", "sdpa-flash", 1.5), ("fwd", "sdpa-cudnn", 0.9), ("fwd+bwd", "sdpa-flash", 1.3))
 """The issue's goals for bf16 at head dim 128: flash_attn's speed over the backend's, at least."""
 
@@ -45,21 +47,26 @@ def _implementations(kwargs: dict):
 
     impls = {"flash_attn": ours}
     for name, backend in BACKENDS.items():
+
         def forced(q, k, v, backend=backend):
             with sdpa_kernel(backend):
                 return F.scaled_dot_product_attention(q, k, v, **kwargs)
+
         impls[name] = forced
     return impls
 
 
 def _timed(fn, q, k, v, do, backward: bool) -> float:
     if backward:
+
         def step():
             torch.autograd.grad(fn(q, k, v), (q, k, v), do)  # fresh gradients: no accumulation kernels timed
     else:
+
         def step():
             with torch.no_grad():
                 fn(q, k, v)
+
     step()  # compile (Triton) and pick kernels before timing starts
     if torch.cuda.is_available():
         torch.cuda.synchronize()
@@ -82,7 +89,13 @@ def run(problems: list[dict], dtypes: list[torch.dtype]) -> dict:
                 with torch.no_grad():
                     reference = impls["flash_attn"](q, k, v)
                 for impl, fn in impls.items():
-                    record = {"shape": shape_label(problem), "problem": problem, "dtype": DTYPE_NAMES[dtype], "pass": kind, "impl": impl}
+                    record = {
+                        "shape": shape_label(problem),
+                        "problem": problem,
+                        "dtype": DTYPE_NAMES[dtype],
+                        "pass": kind,
+                        "impl": impl,
+                    }
                     try:
                         with torch.no_grad():
                             out = fn(q, k, v)
@@ -100,15 +113,16 @@ def run(problems: list[dict], dtypes: list[torch.dtype]) -> dict:
                     if choice is not None:
                         records[-len(impls)]["config_" + name] = {"config": choice.config, "source": choice.source}
     cudnn = torch.backends.cudnn.version() if torch.cuda.is_available() else None
-    return {**report.environment(), "cudnn": cudnn, "records": records}
+    return {**environment.environment(), "cudnn": cudnn, "records": records}
 
 
 def _rows(result: dict) -> list[dict]:
     rows: dict[tuple, dict] = {}
     for r in result["records"]:
         key = (r["dtype"], r["shape"], r["pass"])
-        row = rows.setdefault(key, {"dtype": r["dtype"], "shape": r["shape"], "pass": r["pass"],
-                                    "head_dim": r["problem"]["head_dim"]})
+        row = rows.setdefault(
+            key, {"dtype": r["dtype"], "shape": r["shape"], "pass": r["pass"], "head_dim": r["problem"]["head_dim"]}
+        )
         row[f"{r['impl']} ms"] = r["median_ms"]
         row[f"{r['impl']} TFLOP/s"] = r["tflops"]
     for row in rows.values():
@@ -129,14 +143,22 @@ def goals(result: dict) -> list[dict]:
             if row["pass"] != kind:
                 continue
             ratio = row.get(f"x {backend}")
-            out.append({"shape": row["shape"], "goal": f"{kind} >= {target}x {backend}", "ratio": ratio,
-                        "met": None if ratio is None else ratio >= target})
+            out.append(
+                {
+                    "shape": row["shape"],
+                    "goal": f"{kind} >= {target}x {backend}",
+                    "ratio": ratio,
+                    "met": None if ratio is None else ratio >= target,
+                }
+            )
     return out
 
 
 def table(result: dict) -> str:
-    head = (f"GPU: {result['gpu']} ({result['device_name']}); torch {result['torch']}; triton {result['triton']}; "
-            f"cuDNN {result['cudnn']}; date {result['date']}\n\n")
+    head = (
+        f"GPU: {result['gpu']} ({result['device_name']}); torch {result['torch']}; triton {result['triton']}; "
+        f"cuDNN {result['cudnn']}; date {result['date']}\n\n"
+    )
     body = tabulate(_rows(result), headers="keys", floatfmt=".4g", tablefmt="github")
     checked = goals(result)
     met = sum(1 for g in checked if g["met"])

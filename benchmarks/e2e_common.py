@@ -1,14 +1,13 @@
 """What the end-to-end benchmarks share (e2e_decoder_layer.py, e2e_unet_block.py): timing the variants of one model
 in one process, a per-op breakdown from torch.profiler, the goals table and the Markdown + JSON report.
 
-Timing: `autotune.measure.report.time_balanced`, the measurement of `autotune bench`: each variant runs once
+Timing: `autotune.measure.bench.time_balanced`, the measurement of `autotune bench`: each variant runs once
 (compiling), then all are timed by do_bench (CUDA events, L2 cleared before each call) in order and again in
 reverse, and the two medians averaged; with --graphs also replayed from a CUDA graph where the step can be captured.
 Under the Triton interpreter (the --smoke runs) they are wall-clock times of the CPU, not GPU timings."""
 
 from __future__ import annotations
 
-import autotune  # first: picks the Triton interpreter when there is no GPU, before Triton is imported
 import argparse
 from collections.abc import Callable
 
@@ -16,8 +15,9 @@ import torch
 from tabulate import tabulate
 from torch.profiler import ProfilerActivity, profile
 
+import autotune  # first: picks the Triton interpreter when there is no GPU, before Triton is imported
 from autotune import gpu, runtime
-from autotune.measure import report
+from autotune.measure import bench, environment, report
 
 TOP_OPS = 15
 """Ops listed per variant in the breakdown; the rest is summed in one line."""
@@ -25,15 +25,19 @@ TOP_OPS = 15
 
 def common_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", required=True, help="writes OUT.md (tables) and OUT.json (every number)")
-    parser.add_argument("--smoke", action="store_true",
-                        help="tiny sizes in float32 on this machine (the CPU under the Triton interpreter): a quick "
-                             "check that every variant runs, not a measurement")
+    parser.add_argument(
+        "--smoke",
+        action="store_true",
+        help="tiny sizes in float32 on this machine (the CPU under the Triton interpreter): a quick "
+        "check that every variant runs, not a measurement",
+    )
     parser.add_argument("--variants", help="comma-separated subset of the variants (default: all available)")
     parser.add_argument("--graphs", action="store_true", help="also time each step replayed from a CUDA graph")
     parser.add_argument("--no-breakdown", dest="breakdown", action="store_false", help="skip the torch.profiler pass")
     parser.add_argument("--profile-steps", type=int, default=5, help="steps profiled per variant (default 5)")
-    parser.add_argument("--compile-backend", default=None,
-                        help="torch.compile's backend (default inductor; 'eager' in --smoke runs)")
+    parser.add_argument(
+        "--compile-backend", default=None, help="torch.compile's backend (default inductor; 'eager' in --smoke runs)"
+    )
 
 
 def selected(available: list[str], requested: str | None) -> list[str]:
@@ -82,14 +86,20 @@ def breakdown(step: Callable[[], object], steps: int) -> list[dict]:
     rest = events[TOP_OPS:]
     if rest:
         rest_ms = sum(ms for _, _, ms in rest)
-        rows.append({"op": f"({len(rest)} other ops)", "calls": sum(c for _, c, _ in rest), "ms": rest_ms,
-                     "share": rest_ms / total})
+        rows.append(
+            {
+                "op": f"({len(rest)} other ops)",
+                "calls": sum(c for _, c, _ in rest),
+                "ms": rest_ms,
+                "share": rest_ms / total,
+            }
+        )
     return rows
 
 
 def time_variants(steps: dict[str, Callable[[], object]], graphs: bool) -> dict[str, dict]:
     """{variant: {"ms", "graph_ms"} or {"error"}}, timed in one process as `time_balanced` does."""
-    timed = report.time_balanced(steps, graphs and gpu.device().type == "cuda")
+    timed = bench.time_balanced(steps, graphs and gpu.device().type == "cuda")
     out = {}
     for name in steps:
         result = timed[name]
@@ -110,8 +120,14 @@ def differences(outputs: dict[str, Callable[[], torch.Tensor]], baseline: str) -
         except Exception as exc:
             results[name] = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
     base = results.get(baseline)
-    return {name: out if isinstance(out, str) else float((out - base).abs().max()) if isinstance(base, torch.Tensor)
-            else "no baseline" for name, out in results.items()}
+    return {
+        name: out
+        if isinstance(out, str)
+        else float((out - base).abs().max())
+        if isinstance(base, torch.Tensor)
+        else "no baseline"
+        for name, out in results.items()
+    }
 
 
 def speedups(times: dict[str, dict], of: str, over: str) -> float | None:
@@ -124,15 +140,27 @@ def goals_table(times: dict[str, dict], goals: list[tuple[str, str, float]]) -> 
     rows = []
     for variant, baseline, least in goals:
         s = speedups(times, variant, baseline)
-        rows.append({"goal": f"{variant} >= {least}x {baseline}", "speedup": s,
-                     "met": None if s is None else s >= least})
+        rows.append(
+            {"goal": f"{variant} >= {least}x {baseline}", "speedup": s, "met": None if s is None else s >= least}
+        )
     return rows
 
 
-def markdown(title: str, env: dict, setup: list[str], times: dict[str, dict], baseline: str, goals: list[dict],
-             kernels: dict[str, list[str]], differences: dict[str, float | str], patch_text: str, calls_text: str,
-             breakdowns: dict[str, list[dict]], notes: list[str]) -> str:
-    lines = [f"# {title}", "", report.probe_header(env, *setup), ""]
+def markdown(
+    title: str,
+    env: dict,
+    setup: list[str],
+    times: dict[str, dict],
+    baseline: str,
+    goals: list[dict],
+    kernels: dict[str, list[str]],
+    differences: dict[str, float | str],
+    patch_text: str,
+    calls_text: str,
+    breakdowns: dict[str, list[dict]],
+    notes: list[str],
+) -> str:
+    lines = [f"# {title}", "", environment.probe_header(env, *setup), ""]
     if env.get("interpreter"):
         lines += ["**Smoke run under the Triton interpreter on the CPU: wall-clock times, not GPU timings.**", ""]
     base = times.get(baseline, {}).get("ms")
@@ -141,36 +169,97 @@ def markdown(title: str, env: dict, setup: list[str], times: dict[str, dict], ba
         if "error" in t:
             rows.append((name, None, None, None, differences.get(name), t["error"]))
         else:
-            rows.append((name, t["ms"], t.get("graph_ms"), None if base is None else base / t["ms"],
-                         differences.get(name), ", ".join(kernels.get(name, [])) or "-"))
-    headers = ("variant", "ms", "graph ms", f"vs {baseline}", f"max abs diff vs {baseline}",
-               "autotune kernels launched")
+            rows.append(
+                (
+                    name,
+                    t["ms"],
+                    t.get("graph_ms"),
+                    None if base is None else base / t["ms"],
+                    differences.get(name),
+                    ", ".join(kernels.get(name, [])) or "-",
+                )
+            )
+    headers = (
+        "variant",
+        "ms",
+        "graph ms",
+        f"vs {baseline}",
+        f"max abs diff vs {baseline}",
+        "autotune kernels launched",
+    )
     lines += [tabulate(rows, headers=headers, tablefmt="github", floatfmt=".4g"), ""]
     if goals:
         met = {None: "-", True: "met", False: "NOT met"}
-        lines += ["## Goals", "", tabulate([(g["goal"], g["speedup"], met[g["met"]]) for g in goals],
-                                           headers=("goal", "speedup", ""), tablefmt="github", floatfmt=".3f"), ""]
-    lines += ["## What autotune.patch did", "", "```", patch_text, "```", "", "How each call was routed:", "",
-              calls_text, ""]
+        lines += [
+            "## Goals",
+            "",
+            tabulate(
+                [(g["goal"], g["speedup"], met[g["met"]]) for g in goals],
+                headers=("goal", "speedup", ""),
+                tablefmt="github",
+                floatfmt=".3f",
+            ),
+            "",
+        ]
+    lines += [
+        "## What autotune.patch did",
+        "",
+        "```",
+        patch_text,
+        "```",
+        "",
+        "How each call was routed:",
+        "",
+        calls_text,
+        "",
+    ]
     for name, rows_ in breakdowns.items():
         what = "GPU kernel time" if gpu.device().type == "cuda" else "self CPU time"
-        lines += [f"## Breakdown: {name} ({what} per step)", "",
-                  tabulate([(r["op"], r["calls"], r["ms"], 100 * r["share"]) for r in rows_],
-                           headers=("op", "calls", "ms", "%"), tablefmt="github", floatfmt=".4g"), ""]
+        lines += [
+            f"## Breakdown: {name} ({what} per step)",
+            "",
+            tabulate(
+                [(r["op"], r["calls"], r["ms"], 100 * r["share"]) for r in rows_],
+                headers=("op", "calls", "ms", "%"),
+                tablefmt="github",
+                floatfmt=".4g",
+            ),
+            "",
+        ]
     if notes:
         lines += ["## Notes", "", *[f"- {n}" for n in notes], ""]
     return "\n".join(lines)
 
 
-def data(env: dict, args: argparse.Namespace, times: dict, goals: list[dict], kernels: dict, differences: dict,
-         patch_report, breakdowns: dict, notes: list[str]) -> dict:
+def data(
+    env: dict,
+    args: argparse.Namespace,
+    times: dict,
+    goals: list[dict],
+    kernels: dict,
+    differences: dict,
+    patch_report,
+    breakdowns: dict,
+    notes: list[str],
+) -> dict:
     """Everything the report shows, for OUT.json."""
-    decisions = [{"call": d.kind, "dtype": d.dtype, "sizes": d.call, "routed": d.routed, "why": d.why}
-                 for d in autotune.nn.decisions()]
-    return {"env": env, "args": vars(args), "times": times, "goals": goals, "kernels": kernels,
-            "differences": differences, "patch": [vars(c) for c in patch_report.changes], "decisions": decisions,
-            "fallbacks": [{"call": k, "why": w, "calls": n} for (k, w), n in autotune.nn.fallbacks().items()],
-            "breakdowns": breakdowns, "notes": notes}
+    decisions = [
+        {"call": d.kind, "dtype": d.dtype, "sizes": d.call, "routed": d.routed, "why": d.why}
+        for d in autotune.nn.decisions()
+    ]
+    return {
+        "env": env,
+        "args": vars(args),
+        "times": times,
+        "goals": goals,
+        "kernels": kernels,
+        "differences": differences,
+        "patch": [vars(c) for c in patch_report.changes],
+        "decisions": decisions,
+        "fallbacks": [{"call": k, "why": w, "calls": n} for (k, w), n in autotune.nn.fallbacks().items()],
+        "breakdowns": breakdowns,
+        "notes": notes,
+    }
 
 
 def save(prefix: str, data: dict, text: str) -> None:

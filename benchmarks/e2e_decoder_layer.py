@@ -17,18 +17,18 @@ transformers is installed (--impl transformers), else the same math from torch m
 
 from __future__ import annotations
 
-import autotune  # first: picks the Triton interpreter when there is no GPU, before Triton is imported
 import argparse
 import copy
 import importlib.util
 import types
 
+import e2e_common as common
 import torch
 import torch.nn.functional as F
 
-import e2e_common as common
+import autotune  # first: picks the Triton interpreter when there is no GPU, before Triton is imported
 from autotune import gpu
-from autotune.measure import report
+from autotune.measure import environment
 from autotune.spec import dtype_from_name
 
 VARIANTS = ["eager", "compile", "liger", "autotune", "autotune-forced", "autotune-compile"]
@@ -107,9 +107,15 @@ def build(args, device, dtype):
         from transformers import LlamaConfig
         from transformers.models.llama.modeling_llama import LlamaDecoderLayer, LlamaRotaryEmbedding
 
-        config = LlamaConfig(hidden_size=args.hidden, intermediate_size=args.intermediate,
-                             num_attention_heads=args.heads, num_key_value_heads=args.kv_heads,
-                             max_position_embeddings=max(args.seq, 8), rms_norm_eps=1e-5, attn_implementation="sdpa")
+        config = LlamaConfig(
+            hidden_size=args.hidden,
+            intermediate_size=args.intermediate,
+            num_attention_heads=args.heads,
+            num_key_value_heads=args.kv_heads,
+            max_position_embeddings=max(args.seq, 8),
+            rms_norm_eps=1e-5,
+            attn_implementation="sdpa",
+        )
         layer = LlamaDecoderLayer(config, layer_idx=0).to(device=device, dtype=dtype)
         rotary = LlamaRotaryEmbedding(config).to(device)
         x = torch.zeros(args.batch, args.seq, args.hidden, device=device, dtype=dtype)
@@ -172,10 +178,12 @@ def _rope_swapped(layer):
 
 def forward(layer, x, kwargs):
     """The layer's output on x, without autograd."""
+
     def run():
         with torch.no_grad(), _rope_swapped(layer):
             out = layer(x, **kwargs)
         return out[0] if isinstance(out, tuple) else out
+
     return run
 
 
@@ -227,8 +235,13 @@ def main() -> None:
     patch_report = autotune.patch(patched)
     forced = copy.deepcopy(layer)
     autotune.patch(forced, force=True)
-    layers.update({"autotune": patched, "autotune-forced": forced,
-                   "autotune-compile": common.compiled(patched, args.compile_backend)})
+    layers.update(
+        {
+            "autotune": patched,
+            "autotune-forced": forced,
+            "autotune-compile": common.compiled(patched, args.compile_backend),
+        }
+    )
     names = [n for n in common.selected(VARIANTS, args.variants) if n in layers]
     steps = {name: training_step(layers[name], x, kwargs, dy) for name in names}
 
@@ -237,13 +250,30 @@ def main() -> None:
     times = common.time_variants(steps, args.graphs)
     breakdowns = {name: common.breakdown(steps[name], args.profile_steps) for name in names} if args.breakdown else {}
     goals = common.goals_table(times, GOALS)
-    env = report.environment()
-    setup = [(f"Llama decoder layer ({args.impl}) training step, batch {args.batch}, seq {args.seq}, hidden "
-              f"{args.hidden}, {args.heads} heads / {args.kv_heads} KV, SwiGLU {args.intermediate}, {args.dtype}")]
-    text = common.markdown("End-to-end: Llama-style decoder layer, forward + backward", env, setup, times, "eager",
-                           goals, kernels, differences, str(patch_report), patch_report.calls(), breakdowns, notes)
-    common.save(args.out, common.data(env, args, times, goals, kernels, differences, patch_report, breakdowns, notes),
-                text)
+    env = environment.environment()
+    setup = [
+        (
+            f"Llama decoder layer ({args.impl}) training step, batch {args.batch}, seq {args.seq}, hidden "
+            f"{args.hidden}, {args.heads} heads / {args.kv_heads} KV, SwiGLU {args.intermediate}, {args.dtype}"
+        )
+    ]
+    text = common.markdown(
+        "End-to-end: Llama-style decoder layer, forward + backward",
+        env,
+        setup,
+        times,
+        "eager",
+        goals,
+        kernels,
+        differences,
+        str(patch_report),
+        patch_report.calls(),
+        breakdowns,
+        notes,
+    )
+    common.save(
+        args.out, common.data(env, args, times, goals, kernels, differences, patch_report, breakdowns, notes), text
+    )
 
 
 if __name__ == "__main__":

@@ -18,17 +18,17 @@ installed (--impl diffusers), else the same math from torch modules as the origi
 
 from __future__ import annotations
 
-import autotune  # first: picks the Triton interpreter when there is no GPU, before Triton is imported
 import argparse
 import copy
 import importlib.util
 
+import e2e_common as common
 import torch
 import torch.nn.functional as F
 
-import e2e_common as common
+import autotune  # first: picks the Triton interpreter when there is no GPU, before Triton is imported
 from autotune import gpu
-from autotune.measure import report
+from autotune.measure import environment
 from autotune.spec import dtype_from_name
 
 VARIANTS = ["eager", "compile", "autotune", "autotune-forced", "autotune-compile"]
@@ -41,11 +41,16 @@ class ResBlock(torch.nn.Module):
 
     def __init__(self, channels: int, temb: int, groups: int) -> None:
         super().__init__()
-        self.in_layers = torch.nn.Sequential(torch.nn.GroupNorm(groups, channels), torch.nn.SiLU(),
-                                             torch.nn.Conv2d(channels, channels, 3, padding=1))
+        self.in_layers = torch.nn.Sequential(
+            torch.nn.GroupNorm(groups, channels), torch.nn.SiLU(), torch.nn.Conv2d(channels, channels, 3, padding=1)
+        )
         self.emb_layers = torch.nn.Sequential(torch.nn.SiLU(), torch.nn.Linear(temb, channels))
-        self.out_layers = torch.nn.Sequential(torch.nn.GroupNorm(groups, channels), torch.nn.SiLU(),
-                                              torch.nn.Dropout(0.0), torch.nn.Conv2d(channels, channels, 3, padding=1))
+        self.out_layers = torch.nn.Sequential(
+            torch.nn.GroupNorm(groups, channels),
+            torch.nn.SiLU(),
+            torch.nn.Dropout(0.0),
+            torch.nn.Conv2d(channels, channels, 3, padding=1),
+        )
 
     def forward(self, x, temb):
         h = self.in_layers(x) + self.emb_layers(temb)[:, :, None, None]
@@ -64,8 +69,10 @@ class CrossAttention(torch.nn.Module):
     def forward(self, x, context=None):
         context = x if context is None else context
         b = x.shape[0]
-        q, k, v = (t.view(b, -1, self.heads, self.head_dim).transpose(1, 2)
-                   for t in (self.to_q(x), self.to_k(context), self.to_v(context)))
+        q, k, v = (
+            t.view(b, -1, self.heads, self.head_dim).transpose(1, 2)
+            for t in (self.to_q(x), self.to_k(context), self.to_v(context))
+        )
         o = F.scaled_dot_product_attention(q, k, v)
         return self.to_out(o.transpose(1, 2).reshape(b, -1, self.heads * self.head_dim))
 
@@ -90,8 +97,9 @@ class SpatialTransformer(torch.nn.Module):
         self.norm1, self.norm2, self.norm3 = (torch.nn.LayerNorm(channels) for _ in range(3))
         self.attn1 = CrossAttention(channels, channels, heads, head_dim)
         self.attn2 = CrossAttention(channels, context_dim, heads, head_dim)
-        self.ff = torch.nn.Sequential(GEGLU(channels, 4 * channels), torch.nn.Dropout(0.0),
-                                      torch.nn.Linear(4 * channels, channels))
+        self.ff = torch.nn.Sequential(
+            GEGLU(channels, 4 * channels), torch.nn.Dropout(0.0), torch.nn.Linear(4 * channels, channels)
+        )
         self.proj_out = torch.nn.Conv2d(channels, channels, 1)
 
     def forward(self, x, context):
@@ -121,11 +129,16 @@ class DiffusersBlock(torch.nn.Module):
         from diffusers.models.resnet import ResnetBlock2D
         from diffusers.models.transformers.transformer_2d import Transformer2DModel
 
-        self.resnet = ResnetBlock2D(in_channels=channels, out_channels=channels, temb_channels=temb, groups=groups,
-                                    eps=1e-5)
-        self.attention = Transformer2DModel(num_attention_heads=heads, attention_head_dim=head_dim,
-                                            in_channels=channels, cross_attention_dim=context_dim,
-                                            norm_num_groups=groups)
+        self.resnet = ResnetBlock2D(
+            in_channels=channels, out_channels=channels, temb_channels=temb, groups=groups, eps=1e-5
+        )
+        self.attention = Transformer2DModel(
+            num_attention_heads=heads,
+            attention_head_dim=head_dim,
+            in_channels=channels,
+            cross_attention_dim=context_dim,
+            norm_num_groups=groups,
+        )
 
     def forward(self, x, temb, context):
         return self.attention(self.resnet(x, temb), encoder_hidden_states=context).sample
@@ -166,14 +179,20 @@ def main() -> None:
     patch_report = autotune.patch(patched)
     forced = copy.deepcopy(block)
     autotune.patch(forced, force=True)
-    blocks.update({"autotune": patched, "autotune-forced": forced,
-                   "autotune-compile": common.compiled(patched, args.compile_backend)})
+    blocks.update(
+        {
+            "autotune": patched,
+            "autotune-forced": forced,
+            "autotune-compile": common.compiled(patched, args.compile_backend),
+        }
+    )
     names = common.selected(VARIANTS, args.variants)
 
     def forward(module):
         def step():
             with torch.no_grad():
                 return module(x, temb, context)
+
         return step
 
     steps = {name: forward(blocks[name]) for name in names}
@@ -182,15 +201,31 @@ def main() -> None:
     times = common.time_variants(steps, args.graphs)
     breakdowns = {name: common.breakdown(steps[name], args.profile_steps) for name in names} if args.breakdown else {}
     goals = common.goals_table(times, GOALS)
-    env = report.environment()
-    setup = [(f"U-Net block ({args.impl}) forward, batch {args.batch}, {args.channels}x{args.latent}x{args.latent} "
-              f"latents, {args.heads} heads, {args.groups} groups, context {args.context}x{args.context_dim}, "
-              f"{args.dtype}")]
-    text = common.markdown("End-to-end: Stable-Diffusion-style U-Net ResNet + attention block, forward", env, setup,
-                           times, "eager", goals, kernels, differences, str(patch_report), patch_report.calls(),
-                           breakdowns, [])
-    common.save(args.out, common.data(env, args, times, goals, kernels, differences, patch_report, breakdowns, []),
-                text)
+    env = environment.environment()
+    setup = [
+        (
+            f"U-Net block ({args.impl}) forward, batch {args.batch}, {args.channels}x{args.latent}x{args.latent} "
+            f"latents, {args.heads} heads, {args.groups} groups, context {args.context}x{args.context_dim}, "
+            f"{args.dtype}"
+        )
+    ]
+    text = common.markdown(
+        "End-to-end: Stable-Diffusion-style U-Net ResNet + attention block, forward",
+        env,
+        setup,
+        times,
+        "eager",
+        goals,
+        kernels,
+        differences,
+        str(patch_report),
+        patch_report.calls(),
+        breakdowns,
+        [],
+    )
+    common.save(
+        args.out, common.data(env, args, times, goals, kernels, differences, patch_report, breakdowns, []), text
+    )
 
 
 if __name__ == "__main__":

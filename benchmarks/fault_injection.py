@@ -12,8 +12,6 @@ without the out-of-bounds config).
 
 from __future__ import annotations
 
-from autotune.engine import isolation  # first: picks the Triton interpreter when there is no GPU, before Triton is imported
-
 import argparse
 import datetime
 import json
@@ -27,8 +25,11 @@ import torch
 import triton
 from tabulate import tabulate
 
-from autotune.db import ConfigStore
 import autotune.kernels.vector_add.add as vector_add
+from autotune.db import ConfigStore
+from autotune.engine import (
+    isolation,
+)  # first: picks the Triton interpreter when there is no GPU, before Triton is imported
 from autotune.engine.plan import SearchOptions
 from autotune.engine.search import search
 
@@ -40,14 +41,33 @@ def run(problem: dict, workers: int, args: argparse.Namespace) -> dict:
     """One isolated search of the fault grid, its trials as stored, and the checks it passes or fails."""
     with tempfile.TemporaryDirectory() as tmp, ConfigStore(str(pathlib.Path(tmp) / "faults.sqlite")) as store:
         started = time.perf_counter()
-        result = search(FAULT_ADD, problem, torch.float32, SearchOptions(sampler="grid", isolate=True, trial_timeout=args.trial_timeout, examples=args.examples, final_examples=args.final_examples), store=store, compile_workers=workers)
+        result = search(
+            FAULT_ADD,
+            problem,
+            torch.float32,
+            SearchOptions(
+                sampler="grid",
+                isolate=True,
+                trial_timeout=args.trial_timeout,
+                examples=args.examples,
+                final_examples=args.final_examples,
+            ),
+            store=store,
+            compile_workers=workers,
+        )
         wall = time.perf_counter() - started
         stored = {json.loads(t.config_json)["mode"]: t for t in store.trials(kernel=FAULT_ADD.name)}
         best = [row.config for row in store.best_rows(kernel=FAULT_ADD.name)]
     trials = [
-        {"number": t.number, "mode": t.config["mode"], "expected": EXPECTED[t.config["mode"]], "outcome": t.outcome,
-         "stored": stored[t.config["mode"]].outcome if t.config["mode"] in stored else None,
-         "time_ms": t.time_ms, "reason": t.reason}
+        {
+            "number": t.number,
+            "mode": t.config["mode"],
+            "expected": EXPECTED[t.config["mode"]],
+            "outcome": t.outcome,
+            "stored": stored[t.config["mode"]].outcome if t.config["mode"] in stored else None,
+            "time_ms": t.time_ms,
+            "reason": t.reason,
+        }
         for t in result.trials
     ]
     modes = sorted(t["mode"] for t in trials)
@@ -55,29 +75,45 @@ def run(problem: dict, workers: int, args: argparse.Namespace) -> dict:
         "every config recorded once": modes == sorted(MODES),
         "every outcome as its fault calls for": all(t["outcome"] == t["expected"] for t in trials),
         "every failure has a reason": all(t["reason"] for t in trials if t["outcome"] != "ok"),
-        "the database holds the same trials": all(t["stored"] == t["outcome"] for t in trials) and len(stored) == len(MODES),
-        "the stored best is the fastest good config": best == [{"mode": "fast"}] and result.best_config == {"mode": "fast"},
+        "the database holds the same trials": all(t["stored"] == t["outcome"] for t in trials)
+        and len(stored) == len(MODES),
+        "the stored best is the fastest good config": best == [{"mode": "fast"}]
+        and result.best_config == {"mode": "fast"},
         "baseline and final verification ran in the worker": result.baseline_ms is not None
         and result.examples_verified >= args.final_examples,
         "no CUDA context in this process": not torch.cuda.is_initialized(),
-        "no evaluation worker left running": not [p for p in multiprocessing.active_children()
-                                                  if p.name == isolation.WORKER_NAME],
+        "no evaluation worker left running": not [
+            p for p in multiprocessing.active_children() if p.name == isolation.WORKER_NAME
+        ],
     }
     return {
-        "compile_workers": workers, "wall_s": round(wall, 1), "compiled_ahead": result.compiled_ahead,
-        "seconds": {k: round(v, 2) for k, v in result.seconds.items()}, "best_ms": result.best_ms,
-        "default_ms": result.default_ms, "baseline_ms": result.baseline_ms, "examples_verified": result.examples_verified,
-        "counts": result.counts(), "checks": checks, "trials": trials,
+        "compile_workers": workers,
+        "wall_s": round(wall, 1),
+        "compiled_ahead": result.compiled_ahead,
+        "seconds": {k: round(v, 2) for k, v in result.seconds.items()},
+        "best_ms": result.best_ms,
+        "default_ms": result.default_ms,
+        "baseline_ms": result.baseline_ms,
+        "examples_verified": result.examples_verified,
+        "counts": result.counts(),
+        "checks": checks,
+        "trials": trials,
     }
 
 
 def report(meta: dict, runs: list[dict]) -> str:
-    text = (f"# Fault injection: {meta['gpu']} ({meta['device']})\n\n{meta['date']}; torch {meta['torch']}, "
-            f"Triton {meta['triton']}; problem {json.dumps(meta['problem'])}, fp32; trial limit {meta['trial_timeout']:g} s; "
-            f"{meta['examples']} examples per trial, {meta['final_examples']} for the winner.\n")
+    text = (
+        f"# Fault injection: {meta['gpu']} ({meta['device']})\n\n{meta['date']}; torch {meta['torch']}, "
+        f"Triton {meta['triton']}; problem {json.dumps(meta['problem'])}, fp32; "
+        f"trial limit {meta['trial_timeout']:g} s; "
+        f"{meta['examples']} examples per trial, {meta['final_examples']} for the winner.\n"
+    )
     for r in runs:
-        text += (f"\n## compile-ahead workers: {r['compile_workers']}\n\n{r['wall_s']} s; {r['compiled_ahead']} compiled ahead; "
-                 f"seconds by phase: {json.dumps(r['seconds'])}\n\n")
+        text += (
+            f"\n## compile-ahead workers: {r['compile_workers']}\n\n"
+            f"{r['wall_s']} s; {r['compiled_ahead']} compiled ahead; "
+            f"seconds by phase: {json.dumps(r['seconds'])}\n\n"
+        )
         text += "\n".join(f"- {'PASS' if ok else 'FAIL'}: {name}" for name, ok in r["checks"].items()) + "\n\n"
         text += tabulate(r["trials"], headers="keys", tablefmt="github", floatfmt=".4g") + "\n"
     return text
@@ -95,10 +131,19 @@ def main() -> None:
     problem = vector_add.parse_shape(args.shape)
     runs = [run(problem, workers, args) for workers in (0, args.compile_workers)]
     info = isolation.worker_gpu()
-    meta = {"gpu": info.name, "device": info.device_name, "date": datetime.datetime.now(datetime.timezone.utc).isoformat(
-        timespec="seconds"), "torch": torch.__version__, "triton": triton.__version__, "problem": problem,
-        "trial_timeout": args.trial_timeout, "examples": args.examples, "final_examples": args.final_examples,
-        "modes": list(MODES), "parent_cuda_initialized": torch.cuda.is_initialized()}
+    meta = {
+        "gpu": info.name,
+        "device": info.device_name,
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "torch": torch.__version__,
+        "triton": triton.__version__,
+        "problem": problem,
+        "trial_timeout": args.trial_timeout,
+        "examples": args.examples,
+        "final_examples": args.final_examples,
+        "modes": list(MODES),
+        "parent_cuda_initialized": torch.cuda.is_initialized(),
+    }
     text = report(meta, runs)
     out = pathlib.Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)

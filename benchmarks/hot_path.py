@@ -10,7 +10,6 @@ checks, the bucket key and the config lookup. The lookup alone is timed too.
 
 from __future__ import annotations
 
-import autotune  # first: picks the Triton interpreter when there is no GPU, before Triton is imported
 import argparse
 import datetime
 import json
@@ -22,14 +21,19 @@ import types
 import torch
 import triton
 
+import autotune  # first: picks the Triton interpreter when there is no GPU, before Triton is imported
 import autotune.kernels
-from autotune import gpu, runtime
 import autotune.kernels.fused_softmax.softmax as fused_softmax
 import autotune.kernels.vector_add.add as vector_add
+from autotune import gpu, runtime
 
 
-@autotune.tune(args={"x": autotune.Tensor("n"), "y": autotune.Tensor("n")}, reference=lambda x, y: x + y,
-               configs=[triton.Config({"BLOCK_SIZE": 1024}, num_warps=4, num_stages=2)], name="hot_path_add")
+@autotune.tune(
+    args={"x": autotune.Tensor("n"), "y": autotune.Tensor("n")},
+    reference=lambda x, y: x + y,
+    configs=[triton.Config({"BLOCK_SIZE": 1024}, num_warps=4, num_stages=2)],
+    name="hot_path_add",
+)
 def decorated_add(x, y, *, config):
     """x + y through the decorator: the shipped add's allocation and launch, with the decorator's lookup."""
     out = torch.empty_like(x, memory_format=torch.contiguous_format)
@@ -69,11 +73,33 @@ def measure(calls: int) -> list[dict]:
     y = torch.randn(4096, device=dev, dtype=torch.float16)
     s = torch.randn(8, 256, device=dev, dtype=torch.float16)
     cases = [
-        ("vector_add", vector_add, lambda: autotune.kernels.add(x, y), {"x": x, "y": y}, x, "n=4096", {"shape": [4096]}),
-        ("softmax", fused_softmax, lambda: autotune.kernels.softmax(s, -1), {"x": s, "dim": -1}, s,
-         fused_softmax.bucket({"shape": [8, 256], "dim": -1}), {"shape": [8, 256], "dim": -1}),
-        ("@autotune.tune add", DECORATED, lambda: decorated_add(x, y), {"x": x, "y": y}, x, "n=4096",
-         {"sizes": {"n": 4096}, "magnitude": 1.0}),
+        (
+            "vector_add",
+            vector_add,
+            lambda: autotune.kernels.add(x, y),
+            {"x": x, "y": y},
+            x,
+            "n=4096",
+            {"shape": [4096]},
+        ),
+        (
+            "softmax",
+            fused_softmax,
+            lambda: autotune.kernels.softmax(s, -1),
+            {"x": s, "dim": -1},
+            s,
+            fused_softmax.bucket({"shape": [8, 256], "dim": -1}),
+            {"shape": [8, 256], "dim": -1},
+        ),
+        (
+            "@autotune.tune add",
+            DECORATED,
+            lambda: decorated_add(x, y),
+            {"x": x, "y": y},
+            x,
+            "n=4096",
+            {"sizes": {"n": 4096}, "magnitude": 1.0},
+        ),
     ]
     for name, module, public, inputs, like, bucket, problem in cases:
         table = runtime.tuned(module.SPEC)
@@ -85,10 +111,19 @@ def measure(calls: int) -> list[dict]:
         public_us = per_call_us(public, calls)
         direct_us = per_call_us(direct, calls)
         key = {"vector_add": like.numel(), "@autotune.tune add": (x.shape, y.shape)}.get(
-            name, tuple(like.reshape(-1, like.shape[-1]).shape))
+            name, tuple(like.reshape(-1, like.shape[-1]).shape)
+        )
         lookup_us = per_call_us(lambda: table.lookup(like.dtype, key, lambda: bucket, lambda: problem), calls * 5)
-        rows.append({"kernel": name, "public_us": public_us, "direct_launch_us": direct_us,
-                     "overhead_us": public_us - direct_us, "lookup_only_us": lookup_us, "config": config})
+        rows.append(
+            {
+                "kernel": name,
+                "public_us": public_us,
+                "direct_launch_us": direct_us,
+                "overhead_us": public_us - direct_us,
+                "lookup_only_us": lookup_us,
+                "config": config,
+            }
+        )
     return rows
 
 
@@ -105,12 +140,27 @@ def wrapper_only(calls: int) -> list[dict]:
     fused_softmax._launch = lambda *args: None
     try:
         cases = [
-            ("vector_add", lambda: autotune.kernels.add(x, x),
-             lambda: vector_add.launch({"x": x, "y": x}, None, torch.empty_like(x, memory_format=torch.contiguous_format))),
-            ("softmax", lambda: autotune.kernels.softmax(s, -1),
-             lambda: fused_softmax._launch(s, torch.empty_like(s, memory_format=torch.contiguous_format), 8, 256, (256, 1), (256, 1), None)),
-            ("@autotune.tune add", lambda: decorated_add(x, x),
-             lambda: vector_add.launch({"x": x, "y": x}, None, torch.empty_like(x, memory_format=torch.contiguous_format))),
+            (
+                "vector_add",
+                lambda: autotune.kernels.add(x, x),
+                lambda: vector_add.launch(
+                    {"x": x, "y": x}, None, torch.empty_like(x, memory_format=torch.contiguous_format)
+                ),
+            ),
+            (
+                "softmax",
+                lambda: autotune.kernels.softmax(s, -1),
+                lambda: fused_softmax._launch(
+                    s, torch.empty_like(s, memory_format=torch.contiguous_format), 8, 256, (256, 1), (256, 1), None
+                ),
+            ),
+            (
+                "@autotune.tune add",
+                lambda: decorated_add(x, x),
+                lambda: vector_add.launch(
+                    {"x": x, "y": x}, None, torch.empty_like(x, memory_format=torch.contiguous_format)
+                ),
+            ),
         ]
         for name, public, direct in cases:
             pub, dire = [], []
@@ -130,19 +180,28 @@ def main() -> None:
     parser.add_argument("--calls", type=int, default=20000)
     args = parser.parse_args()
     info = gpu.current_gpu()
-    report = {"gpu": info.name, "device_name": info.device_name, "torch": torch.__version__, "triton": triton.__version__,
-              "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-              "rows": measure(args.calls) if gpu.device().type == "cuda" else [],
-              "wrapper_only": wrapper_only(args.calls)}
+    report = {
+        "gpu": info.name,
+        "device_name": info.device_name,
+        "torch": torch.__version__,
+        "triton": triton.__version__,
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "rows": measure(args.calls) if gpu.device().type == "cuda" else [],
+        "wrapper_only": wrapper_only(args.calls),
+    }
     out = pathlib.Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.with_suffix(".json").write_text(json.dumps(report, indent=1))
     for r in report["wrapper_only"]:
-        print(f"{r['kernel']}: autotune's host cost per call {r['overhead_us']:.2f} us "
-              f"(public {r['public_noop_us']:.2f} us vs direct {r['direct_noop_us']:.2f} us, launch stubbed out)")
+        print(
+            f"{r['kernel']}: autotune's host cost per call {r['overhead_us']:.2f} us "
+            f"(public {r['public_noop_us']:.2f} us vs direct {r['direct_noop_us']:.2f} us, launch stubbed out)"
+        )
     for r in report["rows"]:
-        print(f"{r['kernel']}: public {r['public_us']:.2f} us/call, direct launch {r['direct_launch_us']:.2f} us/call, "
-              f"overhead {r['overhead_us']:.2f} us, lookup alone {r['lookup_only_us']:.3f} us")
+        print(
+            f"{r['kernel']}: public {r['public_us']:.2f} us/call, direct launch {r['direct_launch_us']:.2f} us/call, "
+            f"overhead {r['overhead_us']:.2f} us, lookup alone {r['lookup_only_us']:.3f} us"
+        )
 
 
 if __name__ == "__main__":

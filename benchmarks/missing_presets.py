@@ -6,9 +6,11 @@ on one GPU: what a device call searches next (`search_missing` in device_calls.s
 
 --also=SHAPE counts a shape that is not a preset (`--shape` text) as one, after the presets.
 
-Presets print D = 128 first, then causal ones, one per bucket; a database file that does not exist (yet) counts as empty. Each
+Presets print D = 128 first, then causal ones, one per bucket;
+a database file that does not exist (yet) counts as empty. Each
 shape text parses back to its preset (activation, layout and residual included), so the search times the preset.
 """
+
 import pathlib
 import sys
 
@@ -39,8 +41,10 @@ def main(kernel: str, dtype: str, gpu: str, *args: str) -> None:
     for path in dbs:
         if pathlib.Path(path).is_file():
             with ConfigStore(path, readonly=True) as store:
-                have |= {row.bucket for row in store.best_rows(kernel=kernel, gpu=gpu, dtype=dtype,
-                                                               source_hash=spec.source_hash)}
+                have |= {
+                    row.bucket
+                    for row in store.best_rows(kernel=kernel, gpu=gpu, dtype=dtype, source_hash=spec.source_hash)
+                }
     order = sorted(spec.presets, key=lambda p: (p.get("head_dim", 0) != 128, not p.get("causal", False))) + also
     shapes = []
     for problem in order:  # the first preset of each bucket: a second would search the same bucket again

@@ -1,6 +1,7 @@
 """Time to spend one fixed search budget with 1 and with 2 GPUs (and with the one-process search).
 
-    python benchmarks/multi_gpu.py --kernel softmax --dtype bf16 --shape 4096x4096 --trials 60 --out benchmarks/results/NAME
+    python benchmarks/multi_gpu.py --kernel softmax --dtype bf16 --shape 4096x4096 --trials 60
+        --out benchmarks/results/NAME
 
 Each run starts from an empty Optuna storage, an empty config database and an empty Triton kernel cache
 (TRITON_CACHE_DIR, which the worker processes inherit), so no run warm-starts from another's searches or
@@ -11,7 +12,6 @@ Writes NAME.json and NAME.md.
 
 from __future__ import annotations
 
-import autotune  # first: picks the Triton interpreter when there is no GPU, before Triton is imported
 import argparse
 import datetime
 import json
@@ -24,11 +24,12 @@ import optuna
 import torch
 import triton
 
+import autotune  # first: picks the Triton interpreter when there is no GPU, before Triton is imported
 from autotune import gpu
 from autotune.db import ConfigStore
 from autotune.engine.distributed import search_parallel
-from autotune.engine.precompile import default_workers
 from autotune.engine.plan import SearchOptions
+from autotune.engine.precompile import default_workers
 from autotune.engine.search import search
 from autotune.spec import dtype_from_name
 
@@ -39,16 +40,36 @@ def run(label: str, spec, jobs, args) -> dict:
         started = time.perf_counter()
         if label == "search":
             results = [
-                search(spec, problem, dtype, SearchOptions(trials=args.trials, sampler=args.sampler, seed=args.seed, examples=args.examples), store=store, compile_workers=default_workers())
+                search(
+                    spec,
+                    problem,
+                    dtype,
+                    SearchOptions(trials=args.trials, sampler=args.sampler, seed=args.seed, examples=args.examples),
+                    store=store,
+                    compile_workers=default_workers(),
+                )
                 for problem, dtype in jobs
             ]
         else:
             n = int(label.split("=")[1])
-            results = search_parallel(spec, jobs, SearchOptions(trials=args.trials, sampler=args.sampler, seed=args.seed, examples=args.examples), gpus=list(range(n)), store=store)
+            results = search_parallel(
+                spec,
+                jobs,
+                SearchOptions(trials=args.trials, sampler=args.sampler, seed=args.seed, examples=args.examples),
+                gpus=list(range(n)),
+                store=store,
+            )
         seconds = time.perf_counter() - started
     studies = [
-        {"bucket": r.bucket, "dtype": r.dtype, "evaluations": r.evaluations, "trials": len(r.trials),
-         "best_ms": r.best_ms, "best_config": r.best_config, "seconds": r.seconds}
+        {
+            "bucket": r.bucket,
+            "dtype": r.dtype,
+            "evaluations": r.evaluations,
+            "trials": len(r.trials),
+            "best_ms": r.best_ms,
+            "best_config": r.best_config,
+            "seconds": r.seconds,
+        }
         for r in results
     ]
     evaluations = sum(s["evaluations"] for s in studies)
@@ -66,8 +87,11 @@ def main() -> None:
     parser.add_argument("--examples", type=int, default=20)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--gpus", type=int, default=2, help="largest GPU count to time (1..this)")
-    parser.add_argument("--runs", default="", help="comma-separated runs to time, of search, gpus=1, .., gpus=N "
-                        "(default: all of them, in that order)")
+    parser.add_argument(
+        "--runs",
+        default="",
+        help="comma-separated runs to time, of search, gpus=1, .., gpus=N (default: all of them, in that order)",
+    )
     parser.add_argument("--out", required=True, help="output path without extension")
     args = parser.parse_args()
 
@@ -88,24 +112,35 @@ def main() -> None:
 def write_report(runs: list[dict], spec, jobs, available: int, args) -> None:
     info = gpu.current_gpu()
     report = {
-        "gpu": info.name, "device": info.device_name, "gpus_available": available,
+        "gpu": info.name,
+        "device": info.device_name,
+        "gpus_available": available,
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "versions": {"torch": torch.__version__, "triton": triton.__version__, "optuna": optuna.__version__},
-        "kernel": spec.name, "trials": args.trials, "sampler": args.sampler, "examples": args.examples,
-        "jobs": [{"problem": p, "dtype": str(d)} for p, d in jobs], "runs": runs,
+        "kernel": spec.name,
+        "trials": args.trials,
+        "sampler": args.sampler,
+        "examples": args.examples,
+        "jobs": [{"problem": p, "dtype": str(d)} for p, d in jobs],
+        "runs": runs,
     }
     out = pathlib.Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.with_suffix(".json").write_text(json.dumps(report, indent=2, default=str))
     base = next((r["seconds"] for r in runs if r["label"] == "gpus=1"), None)
     lines = [
-        f"# {spec.name}: {args.trials} evaluations per study, {len(jobs)} studies, on {info.device_name} ({report['date']})",
-        "", "| run | seconds | evaluations | evaluations/s | speedup vs gpus=1 |", "| --- | --- | --- | --- | --- |",
+        f"# {spec.name}: {args.trials} evaluations per study, {len(jobs)} studies, "
+        f"on {info.device_name} ({report['date']})",
+        "",
+        "| run | seconds | evaluations | evaluations/s | speedup vs gpus=1 |",
+        "| --- | --- | --- | --- | --- |",
     ]
     for r in runs:
         speedup = f"{base / r['seconds']:.2f}" if base else "-"
-        lines.append(f"| {r['label']} | {r['seconds']:.1f} | {r['evaluations']} | "
-                     f"{r['evaluations'] / r['seconds']:.2f} | {speedup} |")
+        lines.append(
+            f"| {r['label']} | {r['seconds']:.1f} | {r['evaluations']} | "
+            f"{r['evaluations'] / r['seconds']:.2f} | {speedup} |"
+        )
     out.with_suffix(".md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines), flush=True)
 

@@ -1,4 +1,5 @@
-"""Host time per call of the public layer_norm, rms_norm and group_norm, forward and backward (softmax for reference), and
+"""Host time per call of the public layer_norm, rms_norm and group_norm, forward and backward
+(softmax for reference), and
 of the matmul family's matmul, linear and mlp: what one call costs the CPU before the GPU sees any work.
 
     python benchmarks/norm_host_path.py                  # this tree: one JSON object on stdout
@@ -16,7 +17,6 @@ the report gives each case's median and minimum over every repeat of every round
 
 from __future__ import annotations
 
-import autotune  # first: picks the Triton interpreter when there is no GPU, before Triton is imported
 import argparse
 import contextlib
 import datetime
@@ -32,10 +32,11 @@ import sys
 import warnings
 
 import torch
+from hot_path import per_call_samples_us
 from tabulate import tabulate
 
+import autotune  # first: picks the Triton interpreter when there is no GPU, before Triton is imported
 from autotune import gpu
-from hot_path import per_call_samples_us
 
 CASES = [
     # (label, kernel, shape, mode): mode "call" times the public function; "requires grad" with x requiring
@@ -52,8 +53,12 @@ CASES = [
     ("layer_norm backward +res", "layer_norm_backward", "64x512+res", "call"),
     ("rms_norm backward", "rms_norm_backward", "64x512", "call"),
     ("group_norm backward silu", "group_norm_backward", "2x64x8x8,groups=8,activation=silu", "call"),
-    ("group_norm backward silu channels_last", "group_norm_backward",
-     "2x64x8x8,groups=8,activation=silu,layout=channels_last", "call"),
+    (
+        "group_norm backward silu channels_last",
+        "group_norm_backward",
+        "2x64x8x8,groups=8,activation=silu,layout=channels_last",
+        "call",
+    ),
     ("layer_norm, forward+backward", "layer_norm", "64x512", "forward+backward"),
     ("group_norm silu, forward+backward", "group_norm", "2x64x8x8,groups=8,activation=silu", "forward+backward"),
     ("softmax (reference)", "softmax", "64x512", "call"),
@@ -63,10 +68,23 @@ CASES = [
     # The same three with their GEMMs reading through tensor descriptors (what the H100's rows mostly take):
     # the config forced, in the measuring process only.
     ("matmul, tma_persistent", "matmul", "64x64x64", "call", {"matmul": "tma_persistent"}),
-    ("linear + bias + gelu_tanh, tma_persistent", "linear", "64x128x64,bias,gelu_tanh", "call", {"linear": "tma_persistent"}),
-    ("mlp two_pass, tma_persistent linears", "mlp", "64x64x128x32,bias,gelu_tanh", "call", {"linear": "tma_persistent"}),
+    (
+        "linear + bias + gelu_tanh, tma_persistent",
+        "linear",
+        "64x128x64,bias,gelu_tanh",
+        "call",
+        {"linear": "tma_persistent"},
+    ),
+    (
+        "mlp two_pass, tma_persistent linears",
+        "mlp",
+        "64x64x128x32,bias,gelu_tanh",
+        "call",
+        {"linear": "tma_persistent"},
+    ),
 ]
-"""(label, kernel, shape, mode[, {kernel: GEMM variant}]): a case's public call, and the variant its GEMM configs take."""
+"""(label, kernel, shape, mode[, {kernel: GEMM variant}]): a case's public call,
+and the variant its GEMM configs take."""
 FORCED_GEMM = {"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 32, "GROUP_M": 1, "num_warps": 4, "num_stages": 2, "SPLIT_K": 1}
 KERNEL_MODULES = {
     "autotune.kernels.norm.layer_norm": ("_KERNELS",),
@@ -74,10 +92,18 @@ KERNEL_MODULES = {
     "autotune.kernels.fused_softmax.softmax": ("_KERNELS",),
     "autotune.kernels.gemm.gemm": ("_gemm_kernel", "_split_k_sum_kernel"),
     "autotune.kernels.gemm.mlp": ("_mlp_fused_kernel",),
-    "autotune.kernels.norm.group_norm": ("_group_norm_single_kernel", "_group_norm_looped_kernel",
-                                    "_group_norm_split_stats_kernel", "_group_norm_split_normalize_kernel"),
-    "autotune.kernels.norm.group_norm_backward": ("_group_norm_backward_single_kernel", "_group_norm_backward_sums_kernel",
-                                             "_group_norm_backward_dx_kernel", "_param_grad_reduce_kernel"),
+    "autotune.kernels.norm.group_norm": (
+        "_group_norm_single_kernel",
+        "_group_norm_looped_kernel",
+        "_group_norm_split_stats_kernel",
+        "_group_norm_split_normalize_kernel",
+    ),
+    "autotune.kernels.norm.group_norm_backward": (
+        "_group_norm_backward_single_kernel",
+        "_group_norm_backward_sums_kernel",
+        "_group_norm_backward_dx_kernel",
+        "_param_grad_reduce_kernel",
+    ),
 }
 
 
@@ -139,6 +165,7 @@ def make_call(kernel: str, shape: str, mode: str, dtype: torch.dtype):
     def forward_backward():
         torch.autograd.backward(spec.public(inputs), dy)
         inputs["x"].grad = None
+
     return forward_backward
 
 
@@ -177,12 +204,32 @@ def compare(trees: list[tuple[str, str]], args) -> dict:
         for label, path in trees:
             # The tree first, so its autotune is the one imported; the rest of PYTHONPATH stays (on the device it
             # holds the wheels of Optuna and SQLAlchemy: without them the tree's autotune does not import).
-            env = dict(os.environ, PYTHONPATH=os.pathsep.join(
-                [str(pathlib.Path(path).resolve()), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]))
+            env = dict(
+                os.environ,
+                PYTHONPATH=os.pathsep.join(
+                    [
+                        str(pathlib.Path(path).resolve()),
+                        *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep)),
+                    ]
+                ),
+            )
             run = subprocess.run(
-                [sys.executable, __file__, "--launch", args.launch, "--calls", str(args.calls),
-                 "--repeats", str(args.repeats), "--dtype", args.dtype, *(["--match", args.match] if args.match else [])],
-                env=env, capture_output=True, text=True,
+                [
+                    sys.executable,
+                    __file__,
+                    "--launch",
+                    args.launch,
+                    "--calls",
+                    str(args.calls),
+                    "--repeats",
+                    str(args.repeats),
+                    "--dtype",
+                    args.dtype,
+                    *(["--match", args.match] if args.match else []),
+                ],
+                env=env,
+                capture_output=True,
+                text=True,
             )
             if run.returncode != 0:
                 raise SystemExit(f"tree {label} ({path}) failed:\n{run.stderr[-3000:]}")
@@ -196,10 +243,15 @@ def compare(trees: list[tuple[str, str]], args) -> dict:
     info = gpu.current_gpu()
     return {
         "what": f"host time per public call, launch {args.launch}",
-        "machine": f"{cpu_name()} with {info.device_name}", "cpus": os.cpu_count(), "gpu": info.name,
-        "torch": torch.__version__, "dtype": args.dtype,
+        "machine": f"{cpu_name()} with {info.device_name}",
+        "cpus": os.cpu_count(),
+        "gpu": info.name,
+        "torch": torch.__version__,
+        "dtype": args.dtype,
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "rounds": args.rounds, "calls": args.calls, "repeats": args.repeats,
+        "rounds": args.rounds,
+        "calls": args.calls,
+        "repeats": args.repeats,
         "trees": {label: imported[label] for label, _ in trees},
         "samples_us": samples,
     }
@@ -234,8 +286,13 @@ def main() -> None:
     parser.add_argument("--calls", type=int, default=2000, help="calls per repeat")
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--dtype", default="bf16")
-    parser.add_argument("--tree", action="append", default=[], metavar="LABEL=PATH",
-                        help="a source tree to time (repeat to compare), each imported in its own subprocess")
+    parser.add_argument(
+        "--tree",
+        action="append",
+        default=[],
+        metavar="LABEL=PATH",
+        help="a source tree to time (repeat to compare), each imported in its own subprocess",
+    )
     parser.add_argument("--rounds", type=int, default=5, help="with --tree: subprocesses per tree")
     parser.add_argument("--out", help="with --tree: write OUT.md and OUT.json")
     parser.add_argument("--note", help="with --out: a paragraph for the report (what the trees are)")
@@ -256,15 +313,20 @@ def main() -> None:
         out = pathlib.Path(args.out)
         out.parent.mkdir(parents=True, exist_ok=True)
         out.with_suffix(".json").write_text(json.dumps(report, indent=1))
-        launch = ("launch excluded: every Triton kernel replaced, in the measuring process only, by a no-op "
-                  "taking the same arguments" if args.launch == "stub"
-                  else "launch included: the real kernels, one synchronize per repeat")
-        header = (f"Host time per call of the public functions ({launch}), {args.dtype}, on {report['machine']} "
-                  f"({report['cpus']} CPUs), torch {report['torch']}, {report['date']}.\n"
-                  f"Mean time per call in each repeat of {args.calls} calls; median and minimum over "
-                  f"{args.rounds} rounds x {args.repeats} repeats, trees alternating round by round "
-                  f"({', '.join(f'{label}: {path}' for label, path in trees)}).\n\n"
-                  + (args.note + "\n\n" if args.note else ""))
+        launch = (
+            "launch excluded: every Triton kernel replaced, in the measuring process only, by a no-op "
+            "taking the same arguments"
+            if args.launch == "stub"
+            else "launch included: the real kernels, one synchronize per repeat"
+        )
+        header = (
+            f"Host time per call of the public functions ({launch}), {args.dtype}, on {report['machine']} "
+            f"({report['cpus']} CPUs), torch {report['torch']}, {report['date']}.\n"
+            f"Mean time per call in each repeat of {args.calls} calls; median and minimum over "
+            f"{args.rounds} rounds x {args.repeats} repeats, trees alternating round by round "
+            f"({', '.join(f'{label}: {path}' for label, path in trees)}).\n\n"
+            + (args.note + "\n\n" if args.note else "")
+        )
         out.with_suffix(".md").write_text(header + text + "\n")
 
 

@@ -22,10 +22,13 @@ import contextlib
 import json
 import pathlib
 
-from autotune.measure import offbucket
-from autotune.runtime import registry
-from autotune.measure import report  # first: autotune picks the Triton interpreter without a GPU
 from autotune.engine.precompile import CompilePool, default_workers
+from autotune.measure import (
+    environment,
+    offbucket,
+    report,  # first: autotune picks the Triton interpreter without a GPU
+)
+from autotune.runtime import registry
 from autotune.spec import DTYPE_NAMES, dtype_from_name
 
 DEFAULT_SHAPES = {
@@ -55,38 +58,73 @@ def table(result: dict) -> str:
     """The records as a table, then the summary per kernel and overall, and whether the goal is met; for a
     merged result, each run's date and search budget, and the superseded records."""
     runs = result.get("runs")
-    rows = [{**({"run": r["run"]} if runs else {}), "kernel": r["kernel"], "shape": r["shape"], "bucket": r["bucket"],
-             "runtime config from": r["source"] + (f" {r['tuned_for']} ({r['tuned_on']})" if r["tuned_for"] else ""),
-             "same config": r["same_config"], "evaluations": r["evaluations"], "search s": r["search_seconds"],
-             **{f"{name} ms": offbucket.config_ms(r, name) for name in ("runtime", "exact", "default")},
-             "timed": _timed(r), "ratio": r.get("ratio"),
-             "note": r.get("error") or r.get("runtime_failure") or offbucket.left_out(r)}
-            for r in result["records"]]
+    rows = [
+        {
+            **({"run": r["run"]} if runs else {}),
+            "kernel": r["kernel"],
+            "shape": r["shape"],
+            "bucket": r["bucket"],
+            "runtime config from": r["source"] + (f" {r['tuned_for']} ({r['tuned_on']})" if r["tuned_for"] else ""),
+            "same config": r["same_config"],
+            "evaluations": r["evaluations"],
+            "search s": r["search_seconds"],
+            **{f"{name} ms": offbucket.config_ms(r, name) for name in ("runtime", "exact", "default")},
+            "timed": _timed(r),
+            "ratio": r.get("ratio"),
+            "note": r.get("error") or r.get("runtime_failure") or offbucket.left_out(r),
+        }
+        for r in result["records"]
+    ]
     summary = result["summary"]
-    lines = [f"GPU: {result['gpu']} ({result['device_name']}); torch {result['torch']}; triton {result['triton']}; "
-             f"date {result['date']}", f"timings: {result['timing']}"]
+    lines = [
+        f"GPU: {result['gpu']} ({result['device_name']}); torch {result['torch']}; triton {result['triton']}; "
+        f"date {result['date']}",
+        f"timings: {result['timing']}",
+    ]
     if runs:
-        lines += [f"run {i}: {run['date']}, torch {run['torch']}, triton {run['triton']}; exact search: {_budget(run)}"
-                  for i, run in enumerate(runs)]
+        lines += [
+            f"run {i}: {run['date']}, torch {run['torch']}, triton {run['triton']}; exact search: {_budget(run)}"
+            for i, run in enumerate(runs)
+        ]
     else:
         lines.append(f"exact search: {_budget(result)}")
-    lines += ["ratio = runtime ms / exact ms (above 1: the exact search found a faster config); timed: CUDA graph = the "
-              "GPU's time alone (each call replayed from a graph), do_bench = host and GPU", "", report.tabulated(rows)]
+    lines += [
+        "ratio = runtime ms / exact ms (above 1: the exact search found a faster config); timed: CUDA graph = the "
+        "GPU's time alone (each call replayed from a graph), do_bench = host and GPU",
+        "",
+        report.tabulated(rows),
+    ]
     for name, s in [*summary["kernels"].items(), ("overall", summary["overall"])]:
         if s:
-            lines.append(f"- {name}: mean {s['mean']:.3f}, geomean {s['geomean']:.3f}, worst {s['worst']:.3f} over "
-                         f"{s['shapes']} shape(s); the exact search did not beat the runtime on {s['exact_slower']}")
+            lines.append(
+                f"- {name}: mean {s['mean']:.3f}, geomean {s['geomean']:.3f}, worst {s['worst']:.3f} over "
+                f"{s['shapes']} shape(s); the exact search did not beat the runtime on {s['exact_slower']}"
+            )
     if summary["unmeasured"]:
         lines.append(f"- {summary['unmeasured']} shape(s) without a ratio (see note)")
     if summary.get("left_out"):
         lines.append(f"- {summary['left_out']} shape(s) left out of the summary (see note)")
     lines.append(f"\nGoal (mean ratio <= {summary['goal']:.2f}): {'met' if summary['goal_met'] else 'NOT met'}")
     if result.get("superseded"):
-        lines += ["", "Superseded by a later run's record of the same shape (not in the summary):", "",
-                  report.tabulated([{"run": r["run"], "kernel": r["kernel"], "shape": r["shape"],
-                                     "runtime config from": r["source"] + (f" {r['tuned_for']}" if r["tuned_for"] else ""),
-                                     **{f"{name} ms": offbucket.config_ms(r, name) for name in ("runtime", "exact")},
-                                     "timed": _timed(r), "ratio": r.get("ratio")} for r in result["superseded"]])]
+        lines += [
+            "",
+            "Superseded by a later run's record of the same shape (not in the summary):",
+            "",
+            report.tabulated(
+                [
+                    {
+                        "run": r["run"],
+                        "kernel": r["kernel"],
+                        "shape": r["shape"],
+                        "runtime config from": r["source"] + (f" {r['tuned_for']}" if r["tuned_for"] else ""),
+                        **{f"{name} ms": offbucket.config_ms(r, name) for name in ("runtime", "exact")},
+                        "timed": _timed(r),
+                        "ratio": r.get("ratio"),
+                    }
+                    for r in result["superseded"]
+                ]
+            ),
+        ]
     return "\n".join(lines) + "\n"
 
 
@@ -100,24 +138,35 @@ def _budget(run: dict) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--kernel", action="append", default=[], help=f"repeatable; default: {', '.join(DEFAULT_SHAPES)}")
+    parser.add_argument(
+        "--kernel", action="append", default=[], help=f"repeatable; default: {', '.join(DEFAULT_SHAPES)}"
+    )
     parser.add_argument("--dtype", default="bf16")
-    parser.add_argument("--shape", action="append", default=[], help="KERNEL=SPEC, repeatable (default: DEFAULT_SHAPES)")
+    parser.add_argument(
+        "--shape", action="append", default=[], help="KERNEL=SPEC, repeatable (default: DEFAULT_SHAPES)"
+    )
     parser.add_argument("--trials", type=int, default=30, help="evaluations per exact search")
     parser.add_argument("--timeout", type=float, default=None, help="seconds per exact search")
     parser.add_argument("--examples", type=int, default=20)
     parser.add_argument("--final-examples", type=int, default=100)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", required=True, help="output path without extension")
-    parser.add_argument("--merge", action="append", default=[], metavar="RUN.json",
-                        help="repeatable: join these saved runs (oldest first) into one report; measures nothing")
+    parser.add_argument(
+        "--merge",
+        action="append",
+        default=[],
+        metavar="RUN.json",
+        help="repeatable: join these saved runs (oldest first) into one report; measures nothing",
+    )
     args = parser.parse_args()
     if args.merge:
         if args.kernel or args.shape:
             raise SystemExit("off_bucket.py: --merge measures nothing; drop --kernel and --shape")
         try:
-            result = {**offbucket.merge([json.loads(pathlib.Path(path).read_text()) for path in args.merge]),
-                      "timing": offbucket.TIMING_METHOD}
+            result = {
+                **offbucket.merge([json.loads(pathlib.Path(path).read_text()) for path in args.merge]),
+                "timing": offbucket.TIMING_METHOD,
+            }
         except (OSError, ValueError, KeyError) as exc:
             raise SystemExit(f"off_bucket.py: --merge: {exc}") from None
         report.save(args.out, result, text := table(result))
@@ -140,8 +189,14 @@ def main() -> None:
     except (ValueError, registry.UnknownKernel) as exc:
         raise SystemExit(f"off_bucket.py: {exc}") from None
 
-    result = {**report.environment(), "timing": offbucket.TIMING_METHOD, "dtype": DTYPE_NAMES[dtype],
-              "trials": args.trials, "timeout": args.timeout, "records": []}
+    result = {
+        **environment.environment(),
+        "timing": offbucket.TIMING_METHOD,
+        "dtype": DTYPE_NAMES[dtype],
+        "trials": args.trials,
+        "timeout": args.timeout,
+        "records": [],
+    }
     workers = default_workers()
     done: list[dict] = []
 
@@ -152,15 +207,26 @@ def main() -> None:
         report.save(args.out, result, table(result))
         last = records[-1]
         phases = ", ".join(f"{k} {v:.1f}" for k, v in last.get("search_phases", {}).items())
-        print(f"{last['kernel']} {last['shape']} done: search {last['search_seconds']:.0f} s ({phases}), final timing "
-              f"{last.get('timing_seconds', 0):.0f} s", flush=True)
+        print(
+            f"{last['kernel']} {last['shape']} done: search {last['search_seconds']:.0f} s ({phases}), final timing "
+            f"{last.get('timing_seconds', 0):.0f} s",
+            flush=True,
+        )
 
     with contextlib.ExitStack() as stack:
         pool = stack.enter_context(CompilePool(workers)) if workers > 1 else 0
         for name, problems in by_kernel.items():
             done += offbucket.measure_off_bucket(
-                specs[name], problems, dtype, trials=args.trials, timeout=args.timeout, seed=args.seed,
-                examples=args.examples, final_examples=args.final_examples, compile_workers=pool, on_record=save,
+                specs[name],
+                problems,
+                dtype,
+                trials=args.trials,
+                timeout=args.timeout,
+                seed=args.seed,
+                examples=args.examples,
+                final_examples=args.final_examples,
+                compile_workers=pool,
+                on_record=save,
             )
     print(table(result))
 

@@ -4,16 +4,16 @@ do_bench medians, and the kernels one public call runs.
     python benchmarks/public_vs_launch.py --kernel layer_norm --shape 8192x4096 --dtype bf16
 """
 
-import autotune  # first: picks the Triton interpreter when there is no GPU
 import argparse
 import time
 
 import torch
 import triton
 
+import autotune  # first: picks the Triton interpreter when there is no GPU
 from autotune import gpu, runtime
-from autotune.spec import dtype_from_name
 from autotune.gate.compare import outputs_like
+from autotune.spec import dtype_from_name
 
 
 def main() -> None:
@@ -47,8 +47,11 @@ def main() -> None:
                 fn()
                 torch.cuda.synchronize()
             kernels = [(e.name[:60], round(e.device_time, 1)) for e in prof.events() if e.device_time > 0]
-            print(f"{name} {text} {label}: host {host_us:.1f} us/call (queued), do_bench {flushed:.1f} us, "
-                  f"CUDA graph {graphed:.1f} us, kernels {kernels}", flush=True)
+            print(
+                f"{name} {text} {label}: host {host_us:.1f} us/call (queued), do_bench {flushed:.1f} us, "
+                f"CUDA graph {graphed:.1f} us, kernels {kernels}",
+                flush=True,
+            )
 
 
 if __name__ == "__main__":

@@ -24,7 +24,6 @@ best config is then fully verified before it is reported (a failure moves the ti
 
 from __future__ import annotations
 
-import autotune  # first: picks the Triton interpreter when there is no GPU, before Triton is imported
 import argparse
 import datetime
 import json
@@ -38,14 +37,15 @@ import optuna
 import torch
 import triton
 
+import autotune  # first: picks the Triton interpreter when there is no GPU, before Triton is imported
 from autotune import gpu
-from autotune.measure import bench
-from autotune.engine.precompile import CompilePool
 from autotune.engine.evaluate import COMPILE_ERRORS, Evaluator
 from autotune.engine.plan import make_sampler
-from autotune.spec import DTYPE_NAMES, dtype_from_name
-from autotune.gate.verify import check_problem, verify
+from autotune.engine.precompile import CompilePool
 from autotune.gate.compare import outputs_like
+from autotune.gate.verify import check_problem, verify
+from autotune.measure import bench
+from autotune.spec import DTYPE_NAMES, dtype_from_name
 
 WITHIN = 1.03
 LOOP_CAP = 10
@@ -68,8 +68,11 @@ class Table:
             if {k: saved.get(k) for k in header} == header:
                 self.shapes = saved["shapes"]
             else:
-                print(f"note: {path} was measured for {({k: saved.get(k) for k in header})}, not {header}: starting over",
-                      file=sys.stderr)
+                print(
+                    f"note: {path} was measured for { ({k: saved.get(k) for k in header}) }, "
+                    f"not {header}: starting over",
+                    file=sys.stderr,
+                )
 
     def of(self, shape: str) -> dict[str, dict]:
         return self.shapes.setdefault(shape, {})
@@ -84,9 +87,26 @@ class Measurer:
     """Verifies and times configs on one problem, filling the table; compiles batches ahead. Without a
     deadline left (or with `measuring` off) it only reads the table."""
 
-    def __init__(self, spec, problem, dtype, gate: str, examples: int, pool: CompilePool | None, table: dict,
-                 deadline: float | None, measuring: bool = True) -> None:
-        self.spec, self.dtype, self.gate, self.pool, self.table, self.deadline = spec, dtype, gate, pool, table, deadline
+    def __init__(
+        self,
+        spec,
+        problem,
+        dtype,
+        gate: str,
+        examples: int,
+        pool: CompilePool | None,
+        table: dict,
+        deadline: float | None,
+        measuring: bool = True,
+    ) -> None:
+        self.spec, self.dtype, self.gate, self.pool, self.table, self.deadline = (
+            spec,
+            dtype,
+            gate,
+            pool,
+            table,
+            deadline,
+        )
         self.examples, self.measuring = examples, measuring
         self.problem = spec.problem_for(problem, dtype)
         self._evaluator: Evaluator | None = None
@@ -96,7 +116,9 @@ class Measurer:
     def evaluator(self) -> Evaluator:
         """The inputs, references and gate of the timed problem, made on first use (on the device)."""
         if self._evaluator is None:
-            self._evaluator = Evaluator(self.spec, self.problem, self.dtype, examples=self.examples, seed=0, max_numel=1 << 20)
+            self._evaluator = Evaluator(
+                self.spec, self.problem, self.dtype, examples=self.examples, seed=0, max_numel=1 << 20
+            )
             self._evaluator.timing = {"warmup_ms": 10, "rep_ms": 50, "max_reps": 200}
             inputs, base, _ = self._evaluator.references.get(self.spec, self.problem, self.dtype, 0)
             self._inputs, self._out = inputs, outputs_like(base, None)
@@ -150,15 +172,24 @@ class Measurer:
                     continue
                 result = verify(self.spec, json.loads(k), self.dtype, examples=20, extra_problems=self.evaluator.edges)
                 if not result.passed:
-                    entry.update(outcome="incorrect", reason=result.failure.describe() if result.failure else "no examples")
+                    entry.update(
+                        outcome="incorrect", reason=result.failure.describe() if result.failure else "no examples"
+                    )
                     continue
                 entry["verified"] = True
             return k, entry["time_ms"]
         return (ok[0][0], ok[0][1]["time_ms"]) if ok and not self.measuring else (None, None)
 
 
-def run_studies(measurer: Measurer, samplers: list[str], seeds: int, budget: int, batch: int,
-                target: float | None = None, saved: Callable[[], None] | None = None) -> dict[str, list]:
+def run_studies(
+    measurer: Measurer,
+    samplers: list[str],
+    seeds: int,
+    budget: int,
+    batch: int,
+    target: float | None = None,
+    saved: Callable[[], None] | None = None,
+) -> dict[str, list]:
     """For each sampler and seed, the times of the distinct valid configs its study evaluated, in order,
     until it evaluated `budget` or (where the best is known) came within `target`. All studies advance
     together, a batch of asks each per round, so new configs compile ahead at once; `saved()`, if given,
@@ -171,7 +202,13 @@ def run_studies(measurer: Measurer, samplers: list[str], seeds: int, budget: int
             study = optuna.create_study(sampler=make_sampler(name, seed), direction="minimize")
             study.enqueue_trial(dict(spec.space.default))
             # GP has no constant liar: the asks of one batch would all get its one best proposal.
-            runs[(name, seed)] = {"study": study, "seen": [], "times": [], "asked": 0, "batch": 1 if name == "gp" else batch}
+            runs[(name, seed)] = {
+                "study": study,
+                "seen": [],
+                "times": [],
+                "asked": 0,
+                "batch": 1 if name == "gp" else batch,
+            }
     active = list(runs.values())
     complete = True
     while active and complete:
@@ -196,8 +233,13 @@ def run_studies(measurer: Measurer, samplers: list[str], seeds: int, budget: int
                     run["study"].tell(trial, entry["time_ms"])
                 else:
                     run["study"].tell(trial, state=optuna.trial.TrialState.PRUNED)
-        active = [r for r in active if len(r["seen"]) < budget and r["asked"] < budget * LOOP_CAP
-                  and not (target and evaluations_to_target(r["times"], target))]
+        active = [
+            r
+            for r in active
+            if len(r["seen"]) < budget
+            and r["asked"] < budget * LOOP_CAP
+            and not (target and evaluations_to_target(r["times"], target))
+        ]
     return {f"{name}:{seed}": run["times"] for (name, seed), run in runs.items()}
 
 
@@ -212,21 +254,26 @@ def summarize(runs: dict[str, list], samplers: list[str], target: float, grid: i
         hits = [evaluations_to_target(times, target) for run, times in runs.items() if run.split(":")[0] == name]
         reached = [h for h in hits if h is not None]
         median = statistics.median(reached) if reached else None
-        out[name] = {"evaluations": hits, "median": median, "max": max(reached) if reached else None,
-                     "reached": f"{len(reached)}/{len(hits)}",
-                     "median_fraction_of_grid": median / grid if grid and median else None}
+        out[name] = {
+            "evaluations": hits,
+            "median": median,
+            "max": max(reached) if reached else None,
+            "reached": f"{len(reached)}/{len(hits)}",
+            "median_fraction_of_grid": median / grid if grid and median else None,
+        }
     return out
 
 
 def one_shape(args, spec, dtype, shape: str, grid_mode: bool, table: Table, pool, deadline) -> dict:
     problem = spec.problem_for(spec.parse_shape(shape), dtype)
     valid = spec.space.grid_for(problem)
-    measurer = Measurer(spec, problem, dtype, args.gate, args.examples, pool, table.of(shape), deadline,
-                        measuring=not args.replay_only)
+    measurer = Measurer(
+        spec, problem, dtype, args.gate, args.examples, pool, table.of(shape), deadline, measuring=not args.replay_only
+    )
     started = time.perf_counter()
     if grid_mode and not args.replay_only:
         for i in range(0, len(valid), args.grid_batch):
-            measurer.measure(valid[i: i + args.grid_batch])
+            measurer.measure(valid[i : i + args.grid_batch])
             table.save()
             if measurer.stopped:
                 break
@@ -236,20 +283,28 @@ def one_shape(args, spec, dtype, shape: str, grid_mode: bool, table: Table, pool
     if complete:  # the best is known: each study runs until it comes within 3% of it
         best_ms = measurer.best()[1]
         if best_ms:
-            runs = run_studies(measurer, args.samplers, args.seeds, min(len(valid), args.replay_cap), args.batch,
-                               best_ms * WITHIN)
+            runs = run_studies(
+                measurer, args.samplers, args.seeds, min(len(valid), args.replay_cap), args.batch, best_ms * WITHIN
+            )
     elif not grid_mode:
         runs = run_studies(measurer, args.samplers, args.seeds, args.budget, args.batch, saved=table.save)
     best_key, best_ms = measurer.best()
     table.save()
     measured = sum(1 for c in valid if key(c) in measurer.table)
     entry = {
-        "shape": shape, "mode": "grid" if grid_mode else "live", "valid_configs": len(valid), "measured": measured,
-        "complete": complete if grid_mode else not measurer.stopped, "seconds": time.perf_counter() - started,
-        "best_ms": best_ms, "best_config": json.loads(best_key) if best_key else None,
+        "shape": shape,
+        "mode": "grid" if grid_mode else "live",
+        "valid_configs": len(valid),
+        "measured": measured,
+        "complete": complete if grid_mode else not measurer.stopped,
+        "seconds": time.perf_counter() - started,
+        "best_ms": best_ms,
+        "best_config": json.loads(best_key) if best_key else None,
         "default_ms": measurer.table.get(key(dict(spec.space.default)), {}).get("time_ms"),
-        "outcomes": {o: sum(1 for e in measurer.table.values() if e["outcome"] == o)
-                     for o in {e["outcome"] for e in measurer.table.values()}},
+        "outcomes": {
+            o: sum(1 for e in measurer.table.values() if e["outcome"] == o)
+            for o in {e["outcome"] for e in measurer.table.values()}
+        },
     }
     if best_ms and runs:
         entry["samplers"] = summarize(runs, args.samplers, best_ms * WITHIN, len(valid) if grid_mode else None)
@@ -258,13 +313,18 @@ def one_shape(args, spec, dtype, shape: str, grid_mode: bool, table: Table, pool
 
 
 def describe(entry: dict, spec_name: str, dtype_name: str) -> str:
-    head = (f"{spec_name} {dtype_name} {entry['shape']} ({entry['mode']}): {entry['valid_configs']} valid configs, "
-            f"{entry['measured']} measured{'' if entry['complete'] else ' (incomplete: run again with the same --table)'}")
+    head = (
+        f"{spec_name} {dtype_name} {entry['shape']} ({entry['mode']}): {entry['valid_configs']} valid configs, "
+        f"{entry['measured']} measured{'' if entry['complete'] else ' (incomplete: run again with the same --table)'}"
+    )
     if not entry.get("samplers"):
         return head
-    parts = [f"{name} median {s['median']} evals" + (f" ({100 * s['median_fraction_of_grid']:.1f}% of grid)"
-                                                      if s["median_fraction_of_grid"] else "") + f", max {s['max']}, reached {s['reached']}"
-             for name, s in entry["samplers"].items()]
+    parts = [
+        f"{name} median {s['median']} evals"
+        + (f" ({100 * s['median_fraction_of_grid']:.1f}% of grid)" if s["median_fraction_of_grid"] else "")
+        + f", max {s['max']}, reached {s['reached']}"
+        for name, s in entry["samplers"].items()
+    ]
     return f"{head}; best {entry['best_ms']:.4g} ms {entry['best_config']}; " + "; ".join(parts)
 
 
@@ -283,10 +343,15 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=8, help="configs a study asks per round")
     parser.add_argument("--grid-batch", type=int, default=96, help="grid configs compiled ahead at once")
     parser.add_argument("--workers", type=int, default=12, help="processes compiling ahead (0: none)")
-    parser.add_argument("--seconds", type=float, help="stop measuring after this long (the table keeps what was measured)")
+    parser.add_argument(
+        "--seconds", type=float, help="stop measuring after this long (the table keeps what was measured)"
+    )
     parser.add_argument("--table", help="JSON file of measured configs, read first and saved as it grows")
-    parser.add_argument("--replay-only", action="store_true",
-                        help="measure nothing: replay the samplers on the grids of --table (no GPU needed)")
+    parser.add_argument(
+        "--replay-only",
+        action="store_true",
+        help="measure nothing: replay the samplers on the grids of --table (no GPU needed)",
+    )
     parser.add_argument("--out", required=True)
     args = parser.parse_args()
     args.samplers = [s.strip() for s in args.samplers.split(",") if s.strip()]
@@ -300,11 +365,29 @@ def main() -> None:
     gpu_name, device_name = info.name, info.device_name
     if args.replay_only and table_path and table_path.exists():  # the times are the table's GPU's, not this machine's
         gpu_name = device_name = json.loads(table_path.read_text()).get("gpu", gpu_name)
-    table = Table(table_path, {"kernel": spec.name, "source_hash": spec.source_hash, "dtype": DTYPE_NAMES[dtype],
-                               "gpu": gpu_name, "gate": args.gate})
-    report = {"gpu": gpu_name, "device_name": device_name, "torch": torch.__version__, "triton": triton.__version__,
-              "optuna": optuna.__version__, "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-              "kernel": spec.name, "dtype": DTYPE_NAMES[dtype], "within": WITHIN, "gate": args.gate, "shapes": []}
+    table = Table(
+        table_path,
+        {
+            "kernel": spec.name,
+            "source_hash": spec.source_hash,
+            "dtype": DTYPE_NAMES[dtype],
+            "gpu": gpu_name,
+            "gate": args.gate,
+        },
+    )
+    report = {
+        "gpu": gpu_name,
+        "device_name": device_name,
+        "torch": torch.__version__,
+        "triton": triton.__version__,
+        "optuna": optuna.__version__,
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "kernel": spec.name,
+        "dtype": DTYPE_NAMES[dtype],
+        "within": WITHIN,
+        "gate": args.gate,
+        "shapes": [],
+    }
     out = pathlib.Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     pool = CompilePool(args.workers) if args.workers > 1 and not info.is_interpreter else None
@@ -317,7 +400,9 @@ def main() -> None:
     finally:
         if pool:
             pool.close()
-    out.with_suffix(".md").write_text("\n\n".join(describe(e, spec.name, DTYPE_NAMES[dtype]) for e in report["shapes"]) + "\n")
+    out.with_suffix(".md").write_text(
+        "\n\n".join(describe(e, spec.name, DTYPE_NAMES[dtype]) for e in report["shapes"]) + "\n"
+    )
     if any(not e["complete"] for e in report["shapes"]):
         sys.exit(3)
 

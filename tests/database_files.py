@@ -9,9 +9,9 @@ import json
 import sqlite3
 from pathlib import Path
 
+import autotune.kernels.vector_add.add as vector_add
 from autotune import gpu
 from autotune.db import BestRow, ConfigStore
-import autotune.kernels.vector_add.add as vector_add
 
 STORED = {"BLOCK_SIZE": 256, "num_warps": 2, "num_stages": 3}
 """The config of the vector_add row in each autotune database made here (not the default config)."""
@@ -33,10 +33,20 @@ def sqlite(path):
 
 def row(**overrides) -> BestRow:
     """A vector_add row for this machine's GPU in fp32, tuned for its current source."""
-    values = dict(kernel="vector_add", source_hash=vector_add.SPEC.source_hash, gpu=gpu.current_gpu().name,
-                  device_name="test", dtype="fp32", bucket=BUCKET, config_json=json.dumps(STORED),
-                  problem_json=json.dumps(PROBLEM), time_ms=1.0, examples_verified=20, triton_version="x",
-                  torch_version="y")
+    values = dict(
+        kernel="vector_add",
+        source_hash=vector_add.SPEC.source_hash,
+        gpu=gpu.current_gpu().name,
+        device_name="test",
+        dtype="fp32",
+        bucket=BUCKET,
+        config_json=json.dumps(STORED),
+        problem_json=json.dumps(PROBLEM),
+        time_ms=1.0,
+        examples_verified=20,
+        triton_version="x",
+        torch_version="y",
+    )
     return BestRow(**{**values, **overrides})
 
 
@@ -77,7 +87,9 @@ def newer(path: Path) -> Path:
 def foreign(path: Path) -> Path:
     """Another program's SQLite database, with a table of the same name as autotune's."""
     with sqlite(path) as conn:
-        conn.executescript("CREATE TABLE best_configs (name TEXT, score REAL); INSERT INTO best_configs VALUES ('a', 1);")
+        conn.executescript(
+            "CREATE TABLE best_configs (name TEXT, score REAL); INSERT INTO best_configs VALUES ('a', 1);"
+        )
     return path
 
 

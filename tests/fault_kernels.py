@@ -17,17 +17,24 @@ import time
 import triton
 import triton.language as tl
 
-from autotune import gpu
 import autotune.kernels.vector_add.add as vector_add
+from autotune import gpu
 from autotune.space import Param, SearchSpace
 
 ON_GPU = not gpu.interpreter_active()
 MODES = ("medium", "raise", "hang", "fast", "exit", "wrong", "segv", "compile", "slow") + (("oob",) if ON_GPU else ())
 """In grid order: every failure is followed by a good config, which a fresh worker must still get right."""
 EXPECTED = {
-    "fast": "ok", "medium": "ok", "slow": "ok", "raise": "error", "wrong": "incorrect",
+    "fast": "ok",
+    "medium": "ok",
+    "slow": "ok",
+    "raise": "error",
+    "wrong": "incorrect",
     "compile": "compile_error" if ON_GPU else "error",  # the interpreter fails a static_assert when it runs
-    "hang": "timeout", "exit": "crashed", "segv": "crashed", "oob": "crashed",
+    "hang": "timeout",
+    "exit": "crashed",
+    "segv": "crashed",
+    "oob": "crashed",
 }
 """The outcome each mode must be recorded with."""
 SLEEP_S = {"fast": 0.0, "medium": 0.005, "slow": 0.02}
@@ -36,8 +43,16 @@ FAR = 1 << 40
 
 
 @triton.jit
-def _fault_add_kernel(x_ptr, y_ptr, out_ptr, n, BLOCK_SIZE: tl.constexpr, WRONG: tl.constexpr,
-                      BROKEN: tl.constexpr, OUT_SHIFT: tl.constexpr):
+def _fault_add_kernel(
+    x_ptr,
+    y_ptr,
+    out_ptr,
+    n,
+    BLOCK_SIZE: tl.constexpr,
+    WRONG: tl.constexpr,
+    BROKEN: tl.constexpr,
+    OUT_SHIFT: tl.constexpr,
+):
     tl.static_assert(BROKEN == 0, "injected compile failure")
     offsets = tl.program_id(0).to(tl.int64) * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)
     mask = offsets < n
@@ -67,7 +82,13 @@ def launch(inputs, config, out):
     if n == 0:
         return out
     _fault_add_kernel[(triton.cdiv(n, BLOCK),)](
-        x.contiguous(), y.contiguous(), out, n, BLOCK_SIZE=BLOCK, WRONG=mode == "wrong", BROKEN=int(mode == "compile"),
+        x.contiguous(),
+        y.contiguous(),
+        out,
+        n,
+        BLOCK_SIZE=BLOCK,
+        WRONG=mode == "wrong",
+        BROKEN=int(mode == "compile"),
         OUT_SHIFT=FAR if mode == "oob" else 0,
     )
     return out
@@ -75,8 +96,9 @@ def launch(inputs, config, out):
 
 def _spec(name: str, modes: tuple[str, ...]):
     space = SearchSpace((Param("mode", modes),), default={"mode": "medium"})
-    return dataclasses.replace(vector_add.SPEC, name=name, space=space, launch=launch, sources=(_fault_add_kernel,),
-                               public=None, _hash=[])
+    return dataclasses.replace(
+        vector_add.SPEC, name=name, space=space, launch=launch, sources=(_fault_add_kernel,), public=None, _hash=[]
+    )
 
 
 FAULT_ADD = _spec("fault_add", MODES)

@@ -22,7 +22,8 @@ import sys
 import time
 import traceback
 import warnings
-from typing import TYPE_CHECKING, Callable
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from triton.backends.compiler import GPUTarget
@@ -32,15 +33,39 @@ H100_PROPERTIES = {"max_shared_mem": 232448, "multiprocessor_count": 132, "max_n
 is over max_shared_mem (227 KiB, what one H100 program may opt into)."""
 MAX_THREADS_PER_BLOCK = 1024
 DESCRIPTOR_CONFIGS = {
-    "tma": ("matmul", {"variant": "tma", "BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 32, "GROUP_M": 1, "SPLIT_K": 2,
-                       "num_warps": 4, "num_stages": 2}),
-    "tma_persistent": ("linear", {"variant": "tma_persistent", "BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 32,
-                                  "GROUP_M": 4, "SPLIT_K": 1, "num_warps": 4, "num_stages": 2}),
+    "tma": (
+        "matmul",
+        {
+            "variant": "tma",
+            "BLOCK_M": 64,
+            "BLOCK_N": 64,
+            "BLOCK_K": 32,
+            "GROUP_M": 1,
+            "SPLIT_K": 2,
+            "num_warps": 4,
+            "num_stages": 2,
+        },
+    ),
+    "tma_persistent": (
+        "linear",
+        {
+            "variant": "tma_persistent",
+            "BLOCK_M": 64,
+            "BLOCK_N": 64,
+            "BLOCK_K": 32,
+            "GROUP_M": 4,
+            "SPLIT_K": 1,
+            "num_warps": 4,
+            "num_stages": 2,
+        },
+    ),
 }
 """Configs launched besides the defaults, by name: (kernel, config)."""
 VARIANT_CONFIGS = {
-    "single": ("softmax_backward", {"variant": "single", "BLOCK_SIZE": 512, "ROWS_PER_PROGRAM": 2, "num_warps": 4,
-                                    "num_stages": 1}),
+    "single": (
+        "softmax_backward",
+        {"variant": "single", "BLOCK_SIZE": 512, "ROWS_PER_PROGRAM": 2, "num_warps": 4, "num_stages": 1},
+    ),
     "split": ("group_norm", {"variant": "split", "BLOCK": 16, "SPLIT": 2, "num_warps": 1, "num_stages": 1}),
 }
 """Variants other than a kernel's default that its default config does not compile, by name: (kernel, config)."""
@@ -99,8 +124,8 @@ def compile_defaults() -> None:
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", "no GPU found and Triton was imported before autotune")  # wanted here
         from autotune import runtime
-        from autotune.runtime import registry
         from autotune.gate.compare import outputs_like
+        from autotune.runtime import registry
     # mlp's default variant calls linear at linear's tuned configs, of which there are none for this "GPU":
     # linear's default config then, said once in a warning.
     warnings.simplefilter("ignore", runtime.NoTunedConfigsWarning)

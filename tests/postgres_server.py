@@ -54,14 +54,20 @@ class PostgresServer:
                 shutil.chown(directory, "postgres")
             except LookupError:
                 shutil.rmtree(directory)
-                raise ServerUnavailable("running as root and there is no 'postgres' user to run the server as") from None
+                raise ServerUnavailable(
+                    "running as root and there is no 'postgres' user to run the server as"
+                ) from None
             as_user = ["runuser", "-u", "postgres", "--"]
         server = cls(directory, _free_port(), as_user, bin_dir)
         data = os.path.join(directory, "data")
         try:
             server._run("initdb", "-D", data, "-U", "autotune", "-A", "trust", "--no-sync", "-E", "UTF8")
-            options = f"-p {server.port} -k {directory} -c listen_addresses=127.0.0.1 -c fsync=off -c max_connections=200"
-            server._run("pg_ctl", "-D", data, "-o", options, "-l", os.path.join(directory, "log"), "-w", "-t", "60", "start")
+            options = (
+                f"-p {server.port} -k {directory} -c listen_addresses=127.0.0.1 -c fsync=off -c max_connections=200"
+            )
+            server._run(
+                "pg_ctl", "-D", data, "-o", options, "-l", os.path.join(directory, "log"), "-w", "-t", "60", "start"
+            )
         except ServerUnavailable:
             shutil.rmtree(directory, ignore_errors=True)
             raise
@@ -69,7 +75,9 @@ class PostgresServer:
 
     def _run(self, tool: str, *args: str) -> None:
         try:
-            subprocess.run([*self.as_user, os.path.join(self.bin_dir, tool), *args], check=True, capture_output=True, text=True)
+            subprocess.run(
+                [*self.as_user, os.path.join(self.bin_dir, tool), *args], check=True, capture_output=True, text=True
+            )
         except (OSError, subprocess.CalledProcessError) as exc:
             detail = getattr(exc, "stderr", "") or ""
             log = os.path.join(self.directory, "log")

@@ -9,14 +9,32 @@ from autotune.db import BestRow, ConfigStore
 from autotune.spec import KernelSpec
 
 
-def store_best(db_path, spec: KernelSpec, bucket: str, config: dict, dtype: str = "fp32", problem: dict | None = None,
-               source_hash: str | None = None) -> None:
+def store_best(
+    db_path,
+    spec: KernelSpec,
+    bucket: str,
+    config: dict,
+    dtype: str = "fp32",
+    problem: dict | None = None,
+    source_hash: str | None = None,
+) -> None:
     """A row for spec's current source (or `source_hash`) on this machine's GPU, timed on `problem`; the
     runtime's caches are cleared so calls read it."""
     with ConfigStore(str(db_path)) as store:
-        store.record_best(BestRow(
-            kernel=spec.name, source_hash=source_hash or spec.source_hash, gpu=gpu.current_gpu().name, device_name="test",
-            dtype=dtype, bucket=bucket, config_json=json.dumps(config), problem_json=json.dumps(problem or {}), time_ms=1.0,
-            examples_verified=1, triton_version="x", torch_version="y",
-        ))
+        store.record_best(
+            BestRow(
+                kernel=spec.name,
+                source_hash=source_hash or spec.source_hash,
+                gpu=gpu.current_gpu().name,
+                device_name="test",
+                dtype=dtype,
+                bucket=bucket,
+                config_json=json.dumps(config),
+                problem_json=json.dumps(problem or {}),
+                time_ms=1.0,
+                examples_verified=1,
+                triton_version="x",
+                torch_version="y",
+            )
+        )
     runtime.clear_cache()

@@ -5,15 +5,21 @@ command in one `Error: ...` line, with no traceback, and the files are left as t
 import os
 import sqlite3
 
+import database_files
 import pytest
 from click.testing import CliRunner
 
-import database_files
 from autotune.cli import main
 
 REFUSED = ["corrupt", "truncated", "empty", "foreign", "newer", "damaged"]
-WHY = {"corrupt": "file is not a database", "truncated": "malformed", "empty": "is empty: not an autotune database",
-       "foreign": "is not an autotune database", "newer": "schema version 99", "damaged": "no best_configs table"}
+WHY = {
+    "corrupt": "file is not a database",
+    "truncated": "malformed",
+    "empty": "is empty: not an autotune database",
+    "foreign": "is not an autotune database",
+    "newer": "schema version 99",
+    "damaged": "no best_configs table",
+}
 
 
 def one_error_line(result, *fragments: str) -> str:
@@ -33,11 +39,14 @@ def test_query_of_a_file_that_is_no_autotune_database(kind, tmp_path):
     assert database_files.sha256(path) == before
 
 
-@pytest.mark.parametrize("url, why", [
-    ("http://example.com/configs", "not a database URL autotune can open"),
-    ("nosuchdialect://host/db", "not a database URL autotune can open"),
-    ("postgresql://autotune:pw@127.0.0.1:1/none", "cannot open"),  # no server listens on port 1
-])
+@pytest.mark.parametrize(
+    "url, why",
+    [
+        ("http://example.com/configs", "not a database URL autotune can open"),
+        ("nosuchdialect://host/db", "not a database URL autotune can open"),
+        ("postgresql://autotune:pw@127.0.0.1:1/none", "cannot open"),  # no server listens on port 1
+    ],
+)
 def test_query_of_a_url_no_database_is_behind(url, why):
     line = one_error_line(CliRunner().invoke(main, ["query", "vector_add", "--db", url]), why)
     assert ":pw@" not in line
@@ -48,9 +57,12 @@ def test_db_commands_refuse_a_file_that_is_no_autotune_database(kind, tmp_path):
     path = database_files.make(kind, tmp_path / f"{kind}.sqlite")
     source = database_files.exported(tmp_path / "source.sqlite")
     before = database_files.sha256(path)
-    commands = [["db", "prune", "--db", str(path)], ["db", "verify", "--db", str(path)],
-                ["db", "upgrade", "--db", str(path)],
-                ["db", "export", "--gpu", "H100", "-o", str(tmp_path / "out.sqlite"), "--db", str(path)]]
+    commands = [
+        ["db", "prune", "--db", str(path)],
+        ["db", "verify", "--db", str(path)],
+        ["db", "upgrade", "--db", str(path)],
+        ["db", "export", "--gpu", "H100", "-o", str(tmp_path / "out.sqlite"), "--db", str(path)],
+    ]
     if kind != "empty":  # a merge or a search makes an empty file an autotune database (a new one, as mktemp makes)
         commands.append(["db", "merge", str(source), "--db", str(path)])
     for args in commands:
@@ -98,7 +110,9 @@ def test_merge_of_a_file_that_is_no_autotune_database(kind, tmp_path, monkeypatc
 def test_a_foreign_file_given_as_the_target_gets_no_autotune_table(tmp_path):
     target = database_files.foreign(tmp_path / "theirs.sqlite")
     source = database_files.exported(tmp_path / "source.sqlite")
-    one_error_line(CliRunner().invoke(main, ["db", "merge", str(source), "--db", str(target)]), "not an autotune database")
+    one_error_line(
+        CliRunner().invoke(main, ["db", "merge", str(source), "--db", str(target)]), "not an autotune database"
+    )
     with database_files.sqlite(target) as conn:
         assert [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")] == ["best_configs"]
     assert sorted(os.listdir(tmp_path)) == ["source.sqlite", "theirs.sqlite"]

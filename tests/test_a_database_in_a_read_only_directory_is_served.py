@@ -7,9 +7,8 @@ import shutil
 import subprocess
 import sys
 
-import pytest
-
 import database_files
+import pytest
 
 READER = """
 import json, sys, torch
@@ -41,8 +40,13 @@ def test_a_wal_database_in_a_read_only_directory_is_served_and_left_alone(tmp_pa
         prefix = ["setpriv", "--bounding-set=-dac_override,-dac_read_search"]
     folder.chmod(0o555)
     try:
-        run = subprocess.run([*prefix, sys.executable, "-c", READER], capture_output=True, text=True, timeout=300,
-                             env={**os.environ, "AUTOTUNE_DB": str(path)})
+        run = subprocess.run(
+            [*prefix, sys.executable, "-c", READER],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            env={**os.environ, "AUTOTUNE_DB": str(path)},
+        )
     finally:
         folder.chmod(0o755)
     assert run.returncode == 0, run.stderr

@@ -3,12 +3,12 @@ the runtime's warnings, a command's errors."""
 
 import warnings
 
+import database_files
 import pytest
 import torch
 from click.testing import CliRunner
 from sqlalchemy import make_url
 
-import database_files
 from autotune import runtime
 from autotune.cli import main
 from autotune.db import ConfigStore, masked_url
@@ -35,9 +35,11 @@ def test_masked_url_hides_only_the_password():
 
 def test_query_shows_the_database_without_its_password(url_with_password, monkeypatch):
     masked = make_url(url_with_password).render_as_string(hide_password=True)
-    for args in (["query", "vector_add", "--db", url_with_password],
-                 ["query", "vector_add", "--db", url_with_password, "--format", "json"],
-                 ["query", "vector_add", "--db", url_with_password, "--format", "csv"]):
+    for args in (
+        ["query", "vector_add", "--db", url_with_password],
+        ["query", "vector_add", "--db", url_with_password, "--format", "json"],
+        ["query", "vector_add", "--db", url_with_password, "--format", "csv"],
+    ):
         result = CliRunner().invoke(main, args)
         assert result.exit_code == 0 and masked in result.output and SECRET not in result.output, result.output
     monkeypatch.setenv("AUTOTUNE_DB", url_with_password)

@@ -3,11 +3,11 @@ alone, with a warning naming it: the kernel's other rows in that database are st
 
 import json
 
+import database_files
 import pytest
 import torch
 from click.testing import CliRunner
 
-import database_files
 from autotune import runtime
 from autotune.cli import main
 from autotune.db import ConfigStore, UnreadableRowWarning
@@ -16,11 +16,15 @@ from autotune.kernels import add
 OTHER = {"BLOCK_SIZE": 128, "num_warps": 1, "num_stages": 1}
 
 
-@pytest.mark.parametrize("column, value", [("created_at", "last tuesday"), ("time_ms", "fast"),
-                                           ("verified_at", "2026-13-45 99:99:99")])
+@pytest.mark.parametrize(
+    "column, value", [("created_at", "last tuesday"), ("time_ms", "fast"), ("verified_at", "2026-13-45 99:99:99")]
+)
 def test_the_other_rows_of_the_kernel_are_served_and_shown(column, value, tmp_path, monkeypatch):
-    path = database_files.valid(tmp_path / "user.sqlite", database_files.row(),
-                                database_files.row(bucket="n=1024", config_json=json.dumps(OTHER)))
+    path = database_files.valid(
+        tmp_path / "user.sqlite",
+        database_files.row(),
+        database_files.row(bucket="n=1024", config_json=json.dumps(OTHER)),
+    )
     with database_files.sqlite(path) as conn:
         conn.execute(f"UPDATE best_configs SET {column} = ? WHERE bucket = 'n=1024'", (value,))
     monkeypatch.setenv("AUTOTUNE_DB", str(path))
@@ -39,4 +43,6 @@ def test_the_other_rows_of_the_kernel_are_served_and_shown(column, value, tmp_pa
             assert [r.bucket for r in store.best_rows(kernel="vector_add")] == ["n=8192"]
     with pytest.warns(UnreadableRowWarning):
         result = CliRunner().invoke(main, ["query", "vector_add", "--db", str(path), "--format", "json"])
-    assert result.exit_code == 0 and [r["bucket"] for r in json.loads(result.output[result.output.index("["):])] == ["n=8192"]
+    assert result.exit_code == 0 and [r["bucket"] for r in json.loads(result.output[result.output.index("[") :])] == [
+        "n=8192"
+    ]

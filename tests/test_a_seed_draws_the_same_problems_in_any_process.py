@@ -11,13 +11,14 @@ import sys
 import pytest
 import torch
 
-from autotune.kernels.fused_softmax.softmax import SPEC as SOFTMAX
-from autotune.kernels.gemm.matmul import MATMUL
 from autotune.gate.repeatable_draws import local_constants_controlled
 from autotune.gate.verify import draw_problems
+from autotune.kernels.fused_softmax.softmax import SPEC as SOFTMAX
+from autotune.kernels.gemm.matmul import MATMUL
 
-pytestmark = pytest.mark.skipif(not local_constants_controlled(),
-                                reason="this Hypothesis draws no constants from local modules")
+pytestmark = pytest.mark.skipif(
+    not local_constants_controlled(), reason="this Hypothesis draws no constants from local modules"
+)
 
 SIZES = tuple(range(100, 70000, 137))  # Hypothesis takes up to 1024 constants from a module
 
@@ -52,11 +53,13 @@ def test_a_fresh_process_draws_what_this_one_draws(tmp_path, monkeypatch):
     importlib.import_module("more_sizes")
 
     here = [draws(spec, seed) for spec in (SOFTMAX, MATMUL) for seed in range(4)]
-    code = ("import json, torch\n"
-            "from autotune.kernels.fused_softmax.softmax import SPEC as SOFTMAX\n"
-            "from autotune.kernels.gemm.matmul import MATMUL\n"
-            "from autotune.gate.verify import draw_problems\n"
-            "print(json.dumps([draw_problems(s, s.space.default, torch.float16, examples=20, seed=seed)\n"
-            "                  for s in (SOFTMAX, MATMUL) for seed in range(4)]))\n")
+    code = (
+        "import json, torch\n"
+        "from autotune.kernels.fused_softmax.softmax import SPEC as SOFTMAX\n"
+        "from autotune.kernels.gemm.matmul import MATMUL\n"
+        "from autotune.gate.verify import draw_problems\n"
+        "print(json.dumps([draw_problems(s, s.space.default, torch.float16, examples=20, seed=seed)\n"
+        "                  for s in (SOFTMAX, MATMUL) for seed in range(4)]))\n"
+    )
     fresh = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=tmp_path)
     assert json.loads(fresh.stdout) == json.loads(json.dumps(here))

@@ -4,20 +4,20 @@ loads a KernelSpec but never calls anything else."""
 
 import sys
 
+import database_files
 import pytest
 from click.testing import CliRunner
 
-import database_files
-from autotune.runtime import registry
 from autotune.cli import main
+from autotune.runtime import registry
 
-CANARY = '''
+CANARY = """
 import pathlib
 pathlib.Path({mark!r}, "imported").touch()
 
 def make():
     pathlib.Path({mark!r}, "called").touch()
-'''
+"""
 
 
 @pytest.fixture

@@ -13,8 +13,8 @@ from click.testing import CliRunner
 
 import autotune
 from autotune import runtime
-from autotune.measure import peers, report
 from autotune.cli import main
+from autotune.measure import peers, report
 
 pytestmark = [pytest.mark.usefixtures("user_db"), pytest.mark.filterwarnings("ignore::UserWarning")]
 
@@ -25,24 +25,44 @@ def bench(*args: str):
 
 def test_backward_times_training_steps_of_each_norm_and_softmax_with_a_copy_column():
     with runtime.record_launches() as launches:
-        result = bench("softmax", "layer_norm", "rms_norm", "group_norm", "--backward", "--against", "torch,copy",
-                       "--format", "json")
+        result = bench(
+            "softmax",
+            "layer_norm",
+            "rms_norm",
+            "group_norm",
+            "--backward",
+            "--against",
+            "torch,copy",
+            "--format",
+            "json",
+        )
     assert result.exit_code == 0, result.output
     out = json.loads(result.stdout)
     assert out["pass"] == "forward+backward"
     assert [(r["kernel"], r["pass"]) for r in out["rows"]] == [
-        (k, "forward+backward") for k in ("softmax", "layer_norm", "rms_norm", "group_norm")]
+        (k, "forward+backward") for k in ("softmax", "layer_norm", "rms_norm", "group_norm")
+    ]
     for r in out["records"]:
         spec = autotune.get(r["kernel"])
-        fwd, bwd = spec.cost(r["problem"], torch.float32), autotune.get(r["kernel"] + "_backward").cost(
-            r["problem"], torch.float32)
+        fwd, bwd = (
+            spec.cost(r["problem"], torch.float32),
+            autotune.get(r["kernel"] + "_backward").cost(r["problem"], torch.float32),
+        )
         assert r["bytes"] == fwd.bytes + bwd.bytes and r["median_ms"] > 0
     for row in out["rows"]:
         assert row["vs copy"] == pytest.approx(row["copy ms"] / row["tuned ms"])
     # Every tuned step ran the forward kernel and the backward kernel of its own.
     ran = {kernel for kernel, _ in launches}
-    assert {"softmax", "softmax_backward", "layer_norm", "layer_norm_backward", "rms_norm", "rms_norm_backward",
-            "group_norm", "group_norm_backward"} <= ran
+    assert {
+        "softmax",
+        "softmax_backward",
+        "layer_norm",
+        "layer_norm_backward",
+        "rms_norm",
+        "rms_norm_backward",
+        "group_norm",
+        "group_norm_backward",
+    } <= ran
 
 
 def test_a_training_step_computes_every_inputs_gradient_as_torch_does():
@@ -88,11 +108,15 @@ def fake_liger(tmp_path, monkeypatch):
     body = {
         "softmax": ("LigerSoftmaxFunction", "x", "torch.softmax(x, -1)"),
         "layer_norm": ("LigerLayerNormFunction", "x, w, b, eps", "F.layer_norm(x, x.shape[-1:], w, b, eps)"),
-        "rms_norm": ("LigerRMSNormFunction", "x, w, eps, offset, casting_mode, in_place",
-                     "F.rms_norm(x, x.shape[-1:], w + offset, eps)"),
+        "rms_norm": (
+            "LigerRMSNormFunction",
+            "x, w, eps, offset, casting_mode, in_place",
+            "F.rms_norm(x, x.shape[-1:], w + offset, eps)",
+        ),
     }
     for module, (name, args, expr) in body.items():
-        (ops / f"{module}.py").write_text(textwrap.dedent(f"""
+        (ops / f"{module}.py").write_text(
+            textwrap.dedent(f"""
             import torch
             import torch.nn.functional as F
             import liger_kernel
@@ -103,7 +127,8 @@ def fake_liger(tmp_path, monkeypatch):
                 def apply({args}):
                     liger_kernel.CALLS.append("{name}")
                     return {expr}
-        """))
+        """)
+        )
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.setattr(peers, "_liger_runs_here", lambda: True)
     import liger_kernel
@@ -114,8 +139,9 @@ def fake_liger(tmp_path, monkeypatch):
 
 
 def test_liger_is_timed_where_it_has_the_op_forward_and_backward(fake_liger):
-    result = bench("softmax", "layer_norm", "rms_norm", "group_norm", "--backward", "--against", "liger",
-                   "--format", "json")
+    result = bench(
+        "softmax", "layer_norm", "rms_norm", "group_norm", "--backward", "--against", "liger", "--format", "json"
+    )
     assert result.exit_code == 0, result.output
     out = json.loads(result.stdout)
     timed = {r["kernel"] for r in out["records"] if r["impl"] == "liger" and r["median_ms"] > 0}

@@ -7,10 +7,10 @@ import pytest
 from click.testing import CliRunner
 
 import autotune
+import autotune.kernels.vector_add.add as vector_add
 from autotune import gpu
 from autotune.cli import main
 from autotune.db import ConfigStore
-import autotune.kernels.vector_add.add as vector_add
 
 
 @pytest.fixture
@@ -26,7 +26,9 @@ def test_verify_prints_a_table_and_passes_the_shipped_kernel(cli):
 
 def test_verify_takes_a_module_attr_path_and_exits_nonzero_on_a_wrong_config(cli):
     config = json.dumps({"BLOCK_SIZE": 2048, "num_warps": 4, "num_stages": 1})
-    result = cli.invoke(main, ["verify", "wrong_kernels:TAIL_BUG_ADD", "--config", config, "--dtype", "fp32", "--examples", "60"])
+    result = cli.invoke(
+        main, ["verify", "wrong_kernels:TAIL_BUG_ADD", "--config", config, "--dtype", "fp32", "--examples", "60"]
+    )
     assert result.exit_code == 1
     assert "FAIL" in result.output and "incorrect on" in result.output and '"shape"' in result.output
 
@@ -49,7 +51,9 @@ def test_bad_arguments_are_one_clear_line_not_a_traceback(cli):
 
 
 def test_search_then_query_shows_the_stored_row_in_every_format(cli, user_db):
-    result = cli.invoke(main, ["search", "vector_add", "--dtype", "fp32", "--shape", "3000", "--trials", "4", "--examples", "3"])
+    result = cli.invoke(
+        main, ["search", "vector_add", "--dtype", "fp32", "--shape", "3000", "--trials", "4", "--examples", "3"]
+    )
     assert result.exit_code == 0, result.output
     assert "n=4096" in result.output and "True" in result.output
     assert "final check of {" in result.output and "passed (" in result.output  # heard as it ends, not at the end
@@ -61,7 +65,9 @@ def test_search_then_query_shows_the_stored_row_in_every_format(cli, user_db):
     assert len(rows) == 1 and rows[0]["bucket"] == "n=4096" and rows[0]["current"] is True
     assert rows[0]["source"] == f"sqlite:///{user_db}"
     assert vector_add.SPACE.validate(json.loads(rows[0]["config"]))
-    parsed = list(csv.DictReader(io.StringIO(cli.invoke(main, ["query", "vector_add", "--format", "csv", *here]).output)))
+    parsed = list(
+        csv.DictReader(io.StringIO(cli.invoke(main, ["query", "vector_add", "--format", "csv", *here]).output))
+    )
     assert [r["bucket"] for r in parsed] == ["n=4096"]
     # --gpu selects another GPU's rows and needs no such GPU here: the H100 rows shipped in the package.
     h100 = json.loads(cli.invoke(main, ["query", "vector_add", "--gpu", "h100", "--format", "json"]).output)
@@ -69,7 +75,12 @@ def test_search_then_query_shows_the_stored_row_in_every_format(cli, user_db):
 
 
 def test_db_export_and_merge_move_rows_between_files(cli, user_db, tmp_path):
-    assert cli.invoke(main, ["search", "vector_add", "--dtype", "fp32", "--shape", "100", "--trials", "2", "--examples", "2"]).exit_code == 0
+    assert (
+        cli.invoke(
+            main, ["search", "vector_add", "--dtype", "fp32", "--shape", "100", "--trials", "2", "--examples", "2"]
+        ).exit_code
+        == 0
+    )
     exported = tmp_path / "cpu.sqlite"
     result = cli.invoke(main, ["db", "export", "--gpu", gpu.CPU_INTERPRETER, "-o", str(exported)])
     assert result.exit_code == 0 and "exported 1 row" in result.output
@@ -99,12 +110,19 @@ def test_db_export_leaves_out_and_db_prune_deletes_rows_tuned_for_an_older_kerne
 
     from autotune.db import ConfigStore
 
-    assert cli.invoke(main, ["search", "vector_add", "--dtype", "fp32", "--shape", "100", "--trials", "2", "--examples", "2"]).exit_code == 0
+    assert (
+        cli.invoke(
+            main, ["search", "vector_add", "--dtype", "fp32", "--shape", "100", "--trials", "2", "--examples", "2"]
+        ).exit_code
+        == 0
+    )
     with ConfigStore(str(user_db)) as store:
         (row,) = store.best_rows(kernel="vector_add")
         store.record_best(dataclasses.replace(row, source_hash="0" * 16, bucket="n=256"))
     current, everything = tmp_path / "current.sqlite", tmp_path / "all.sqlite"
-    assert "exported 1 row" in cli.invoke(main, ["db", "export", "--gpu", gpu.CPU_INTERPRETER, "-o", str(current)]).output
+    assert (
+        "exported 1 row" in cli.invoke(main, ["db", "export", "--gpu", gpu.CPU_INTERPRETER, "-o", str(current)]).output
+    )
     result = cli.invoke(main, ["db", "export", "--gpu", gpu.CPU_INTERPRETER, "-o", str(everything), "--all-sources"])
     assert "exported 2 row" in result.output
     with sqlite3.connect(current) as con:
@@ -118,10 +136,27 @@ def test_db_export_leaves_out_and_db_prune_deletes_rows_tuned_for_an_older_kerne
 
 
 def test_search_re_verifies_its_winner_on_as_many_final_examples_as_asked(cli, user_db):
-    result = cli.invoke(main, ["search", "vector_add", "--dtype", "fp32", "--shape", "3000", "--trials", "2",
-                               "--examples", "3", "--final-examples", "6"])
+    result = cli.invoke(
+        main,
+        [
+            "search",
+            "vector_add",
+            "--dtype",
+            "fp32",
+            "--shape",
+            "3000",
+            "--trials",
+            "2",
+            "--examples",
+            "3",
+            "--final-examples",
+            "6",
+        ],
+    )
     assert result.exit_code == 0, result.output
-    row = json.loads(cli.invoke(main, ["query", "vector_add", "--format", "json", "--gpu", gpu.CPU_INTERPRETER]).output)[0]
+    row = json.loads(
+        cli.invoke(main, ["query", "vector_add", "--format", "json", "--gpu", gpu.CPU_INTERPRETER]).output
+    )[0]
     # 3 problems and the timed one per trial, then the final check's 6 draws and the bucket's edges
     assert 3 + 1 + 6 <= row["examples"] < 3 + 1 + 6 + 4
     refused = cli.invoke(main, ["search", "vector_add", "--final-examples", "0"])
@@ -129,9 +164,27 @@ def test_search_re_verifies_its_winner_on_as_many_final_examples_as_asked(cli, u
 
 
 def test_search_tries_the_warm_start_configs_given_right_after_the_default(cli, user_db):
-    result = cli.invoke(main, ["search", "vector_add", "--dtype", "fp32", "--shape", "3000", "--trials", "3", "--examples", "2",
-                               "--final-examples", "2", "--warm-start", '{"BLOCK_SIZE": 256, "num_warps": 2}',
-                               "--warm-start", '{"BLOCK_SIZE": 8192}'])
+    result = cli.invoke(
+        main,
+        [
+            "search",
+            "vector_add",
+            "--dtype",
+            "fp32",
+            "--shape",
+            "3000",
+            "--trials",
+            "3",
+            "--examples",
+            "2",
+            "--final-examples",
+            "2",
+            "--warm-start",
+            '{"BLOCK_SIZE": 256, "num_warps": 2}',
+            "--warm-start",
+            '{"BLOCK_SIZE": 8192}',
+        ],
+    )
     assert result.exit_code == 0, result.output
     with ConfigStore(str(user_db)) as store:
         tried = [json.loads(t.config_json) for t in sorted(store.trials(kernel="vector_add"), key=lambda t: t.number)]

@@ -6,8 +6,9 @@ import os
 import subprocess
 import sys
 
-import autotune
 from stored_rows import store_best
+
+import autotune
 
 
 def test_a_cold_search_ignores_stored_rows_and_is_timed_against_the_best_known(tmp_path, monkeypatch):
@@ -17,9 +18,30 @@ def test_a_cold_search_ignores_stored_rows_and_is_timed_against_the_best_known(t
     db = tmp_path / "user.sqlite"
     store_best(db, spec, spec.bucket(problem), known, problem=problem)
     out = tmp_path / "cold"
-    subprocess.run([sys.executable, "benchmarks/cold_search.py", "--kernel", "vector_add", "--shape", "5000",
-                    "--dtype", "fp32", "--trials", "3", "--examples", "2", "--final-examples", "2", "--rounds", "2",
-                    "--out", str(out)], check=True, env={**os.environ, "AUTOTUNE_DB": str(db)})
+    subprocess.run(
+        [
+            sys.executable,
+            "benchmarks/cold_search.py",
+            "--kernel",
+            "vector_add",
+            "--shape",
+            "5000",
+            "--dtype",
+            "fp32",
+            "--trials",
+            "3",
+            "--examples",
+            "2",
+            "--final-examples",
+            "2",
+            "--rounds",
+            "2",
+            "--out",
+            str(out),
+        ],
+        check=True,
+        env={**os.environ, "AUTOTUNE_DB": str(db)},
+    )
     record = json.loads((tmp_path / "cold.json").read_text())
     assert record["known_config"] == known and record["known_database"].endswith("user.sqlite")
     assert record["evaluations"] == 3 and record["ratio"] > 0

@@ -12,9 +12,22 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 def test_compare_script_writes_every_implementation_with_its_flags(tmp_path):
     prefix = tmp_path / "compare-cpu"
     run = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "compare.py"), "--kernel", "vector_add", "--dtype", "fp32",
-         "--shape", "vector_add=3000", "--out", str(prefix)],
-        capture_output=True, text=True, timeout=300, cwd=tmp_path,
+        [
+            sys.executable,
+            str(ROOT / "benchmarks" / "compare.py"),
+            "--kernel",
+            "vector_add",
+            "--dtype",
+            "fp32",
+            "--shape",
+            "vector_add=3000",
+            "--out",
+            str(prefix),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=tmp_path,
     )
     assert run.returncode == 0, run.stderr
     saved = json.loads(prefix.with_name("compare-cpu.json").read_text())

@@ -28,8 +28,10 @@ def gpu_triton() -> pathlib.Path:
     """The directory holding the GPU's Triton package, from AUTOTUNE_GPU_TRITON."""
     where = os.environ.get("AUTOTUNE_GPU_TRITON")
     if not where:
-        reason = (f"AUTOTUNE_GPU_TRITON is not set: `pip install -q --no-deps --target DIR "
-                  f"triton=={GPU_TRITON_VERSION}` and point it at DIR to compile for the GPU")
+        reason = (
+            f"AUTOTUNE_GPU_TRITON is not set: `pip install -q --no-deps --target DIR "
+            f"triton=={GPU_TRITON_VERSION}` and point it at DIR to compile for the GPU"
+        )
         if os.environ.get("CI") == "true":
             pytest.fail(f"CI must check that the kernels compile for the GPU: {reason}")
         pytest.skip(reason)
@@ -44,10 +46,17 @@ def compiled(gpu_triton, tmp_path_factory) -> tuple[dict, list[dict]]:
     """hopper_compile.py's header line (the Triton it used) and its lines per (kernel, dtype), from a fresh
     kernel cache so that every kernel is compiled in this run."""
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}  # conftest's autotune import set it
-    env.update(PYTHONPATH=os.pathsep.join([str(gpu_triton), str(ROOT)]),
-               TRITON_CACHE_DIR=str(tmp_path_factory.mktemp("triton-cache")))
-    run = subprocess.run([sys.executable, str(ROOT / "tests" / "hopper_compile.py"), str(gpu_triton)], env=env,
-                         capture_output=True, text=True, timeout=COMPILE_TIMEOUT_S)
+    env.update(
+        PYTHONPATH=os.pathsep.join([str(gpu_triton), str(ROOT)]),
+        TRITON_CACHE_DIR=str(tmp_path_factory.mktemp("triton-cache")),
+    )
+    run = subprocess.run(
+        [sys.executable, str(ROOT / "tests" / "hopper_compile.py"), str(gpu_triton)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=COMPILE_TIMEOUT_S,
+    )
     assert run.returncode == 0, f"hopper_compile.py exited with {run.returncode}:\n{run.stderr[-4000:]}"
     header, *lines = [json.loads(line) for line in run.stdout.splitlines()]
     return header, lines
@@ -59,7 +68,9 @@ def test_it_compiles_with_the_gpu_triton(compiled):
 
 
 def assert_compiled(lines: list[dict]) -> None:
-    failures = [f"{line['kernel']} {line['dtype']} {line['config']}:\n{line['error']}" for line in lines if not line["ok"]]
+    failures = [
+        f"{line['kernel']} {line['dtype']} {line['config']}:\n{line['error']}" for line in lines if not line["ok"]
+    ]
     if failures:
         summary = f"{len(failures)} of {len(lines)} do not compile for sm_90"
         pytest.fail(f"{summary}:\n\n" + "\n\n".join(failures), pytrace=False)
@@ -68,7 +79,9 @@ def assert_compiled(lines: list[dict]) -> None:
 def test_every_shipped_default_config_compiles_for_hopper(compiled):
     _, lines = compiled
     defaults = [line for line in lines if line["config"] == "default"]
-    assert {(line["kernel"], line["dtype"]) for line in defaults} == {(k, d) for k in registry.shipped() for d in DTYPES}
+    assert {(line["kernel"], line["dtype"]) for line in defaults} == {
+        (k, d) for k in registry.shipped() for d in DTYPES
+    }
     assert_compiled(defaults)
 
 
@@ -85,6 +98,8 @@ def test_the_variants_no_default_compiles_compile_for_hopper(compiled):
     _, lines = compiled
     variants = [line for line in lines if line["config"] not in ("default", "tma", "tma_persistent")]
     assert {(line["kernel"], line["config"]) for line in variants} == {
-        ("softmax_backward", "single"), ("group_norm", "split")}
+        ("softmax_backward", "single"),
+        ("group_norm", "split"),
+    }
     assert {line["dtype"] for line in variants} == DTYPES
     assert_compiled(variants)

@@ -5,10 +5,10 @@ import pytest
 import torch
 
 import autotune
+import autotune.kernels.fused_softmax.softmax as fused_softmax
 from autotune import db, gpu, runtime
 from autotune.db import BestRow, ConfigStore
 from autotune.kernels import softmax
-import autotune.kernels.fused_softmax.softmax as fused_softmax
 from autotune.search_spaces.softmax import row_shape
 
 
@@ -39,9 +39,18 @@ def test_bucket_edges_reach_every_config_of_the_bucket():
 
 def _row(bucket, config, time_ms):
     return BestRow(
-        kernel="softmax", source_hash=fused_softmax.SPEC.source_hash, gpu=gpu.current_gpu().name, device_name="test",
-        dtype="fp32", bucket=bucket, config_json=json.dumps(config), problem_json="{}", time_ms=time_ms,
-        examples_verified=1, triton_version="x", torch_version="y",
+        kernel="softmax",
+        source_hash=fused_softmax.SPEC.source_hash,
+        gpu=gpu.current_gpu().name,
+        device_name="test",
+        dtype="fp32",
+        bucket=bucket,
+        config_json=json.dumps(config),
+        problem_json="{}",
+        time_ms=time_ms,
+        examples_verified=1,
+        triton_version="x",
+        torch_version="y",
     )
 
 
@@ -87,19 +96,30 @@ def test_flash_attn_ships_an_h100_row_for_every_preset_in_bf16_fp16_and_fp32():
     with ConfigStore(db.as_url(str(db.shipped_path())), readonly=True) as store:
         shipped = {(r.dtype, r.bucket) for r in store.best_rows() if r.kernel == "flash_attn" and r.gpu == "H100"}
     assert len(spec.presets) == 22
-    missing = [(d, spec.bucket(p)) for p in spec.presets for d in ("bf16", "fp16", "fp32") if (d, spec.bucket(p)) not in shipped]
+    missing = [
+        (d, spec.bucket(p))
+        for p in spec.presets
+        for d in ("bf16", "fp16", "fp32")
+        if (d, spec.bucket(p)) not in shipped
+    ]
     assert missing == []
 
 
-@pytest.mark.parametrize("kernel", ["layer_norm", "rms_norm", "group_norm",
-                                    "layer_norm_backward", "rms_norm_backward", "group_norm_backward"])
+@pytest.mark.parametrize(
+    "kernel",
+    ["layer_norm", "rms_norm", "group_norm", "layer_norm_backward", "rms_norm_backward", "group_norm_backward"],
+)
 def test_each_norm_ships_an_h100_row_for_every_preset_in_bf16_fp16_and_fp32(kernel):
     # Issue 3: forward and backward of the three norms, each preset tuned on the H100 in every dtype they take.
     spec = autotune.get(kernel)
     with ConfigStore(db.as_url(str(db.shipped_path())), readonly=True) as store:
         shipped = {(r.dtype, r.bucket) for r in store.best_rows() if r.kernel == kernel and r.gpu == "H100"}
-    missing = [(d, spec.bucket(p)) for p in spec.presets for d in ("bf16", "fp16", "fp32")
-               if (d, spec.bucket(p)) not in shipped]
+    missing = [
+        (d, spec.bucket(p))
+        for p in spec.presets
+        for d in ("bf16", "fp16", "fp32")
+        if (d, spec.bucket(p)) not in shipped
+    ]
     assert missing == []
 
 
@@ -108,13 +128,18 @@ def test_flash_attn_backward_ships_an_h100_row_for_every_preset(dtype):
     # Issue 5 and issue 7: the backward's 22 presets in bf16, fp16 and fp32, each tuned on the H100.
     spec = autotune.get("flash_attn_backward")
     with ConfigStore(db.as_url(str(db.shipped_path())), readonly=True) as store:
-        shipped = {r.bucket for r in store.best_rows()
-                   if r.kernel == "flash_attn_backward" and r.gpu == "H100" and r.dtype == dtype}
+        shipped = {
+            r.bucket
+            for r in store.best_rows()
+            if r.kernel == "flash_attn_backward" and r.gpu == "H100" and r.dtype == dtype
+        }
     assert len(spec.presets) == 22
     assert [spec.bucket(p) for p in spec.presets if spec.bucket(p) not in shipped] == []
 
 
-@pytest.mark.parametrize("kernel, dtype", [(k, d) for k in ("matmul", "linear", "mlp") for d in ("bf16", "fp16", "fp32")])
+@pytest.mark.parametrize(
+    "kernel, dtype", [(k, d) for k in ("matmul", "linear", "mlp") for d in ("bf16", "fp16", "fp32")]
+)
 def test_the_matmul_family_ships_an_h100_row_for_every_preset(kernel, dtype):
     # Issues 4 and 7: each preset's bucket tuned on the H100 (mlp's large float32 preset too, since float32
     # products chain 256 at a time and its row passed db verify).
@@ -124,12 +149,39 @@ def test_the_matmul_family_ships_an_h100_row_for_every_preset(kernel, dtype):
     assert [spec.bucket(p) for p in spec.presets if spec.bucket(p) not in shipped] == []
 
 
-@pytest.mark.parametrize("kernel, dtype", [
-    *[(k, "bf16") for k in ("vector_add", "softmax", "layer_norm", "rms_norm", "group_norm",
-                            "layer_norm_backward", "rms_norm_backward", "group_norm_backward")],
-    *[(k, "fp16") for k in ("vector_add", "softmax", "layer_norm", "rms_norm", "group_norm",
-                            "layer_norm_backward", "rms_norm_backward", "group_norm_backward")],
-    *[(k, d) for k in ("matmul", "linear", "mlp") for d in ("bf16", "fp16")], ("flash_attn", "bf16")])
+@pytest.mark.parametrize(
+    "kernel, dtype",
+    [
+        *[
+            (k, "bf16")
+            for k in (
+                "vector_add",
+                "softmax",
+                "layer_norm",
+                "rms_norm",
+                "group_norm",
+                "layer_norm_backward",
+                "rms_norm_backward",
+                "group_norm_backward",
+            )
+        ],
+        *[
+            (k, "fp16")
+            for k in (
+                "vector_add",
+                "softmax",
+                "layer_norm",
+                "rms_norm",
+                "group_norm",
+                "layer_norm_backward",
+                "rms_norm_backward",
+                "group_norm_backward",
+            )
+        ],
+        *[(k, d) for k in ("matmul", "linear", "mlp") for d in ("bf16", "fp16")],
+        ("flash_attn", "bf16"),
+    ],
+)
 def test_the_kernels_ship_an_h200_row_for_every_preset_measured_on_an_h200(kernel, dtype):
     # Issue 7: the H200 as far as device time allowed (the matmul family and flash_attn's bf16 forward from the
     # twenty-ninth session); each row searched and db-verified on that GPU.

@@ -10,8 +10,10 @@ def test_not_json_names_the_option_and_the_form_expected():
         result = CliRunner().invoke(main, args)
         assert result.exit_code == 2, result.output
         option = args[2]
-        assert (f"Error: Invalid value for {option}: expected a JSON object of parameter values like "
-                """'{"variant": "online"}', got 'notjson', which is not JSON""") in result.stderr, result.stderr
+        assert (
+            f"Error: Invalid value for {option}: expected a JSON object of parameter values like "
+            """'{"variant": "online"}', got 'notjson', which is not JSON"""
+        ) in result.stderr, result.stderr
         assert "Traceback" not in result.output
 
 

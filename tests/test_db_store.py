@@ -113,8 +113,15 @@ def test_row_properties_handle_missing_times_and_bad_json() -> None:
 
 
 @pytest.mark.parametrize(
-    "bad", [{"config_json": "{oops"}, {"problem_json": "3"}, {"time_ms": float("nan")}, {"time_ms": 0.0},
-            {"created_at": datetime(2025, 1, 1)}, {"timing": "stopwatch"}]
+    "bad",
+    [
+        {"config_json": "{oops"},
+        {"problem_json": "3"},
+        {"time_ms": float("nan")},
+        {"time_ms": 0.0},
+        {"created_at": datetime(2025, 1, 1)},
+        {"timing": "stopwatch"},
+    ],
 )
 def test_record_best_rejects_bad_rows(store: ConfigStore, bad: dict[str, Any]) -> None:
     with pytest.raises(ValueError):
@@ -169,8 +176,13 @@ def test_best_rows_filters_and_orders(store: ConfigStore) -> None:
 
 def test_trials_round_trip_filter_and_order(store: ConfigStore) -> None:
     rows = [
-        trial(number=1, outcome="incorrect", reason="max abs error 0.3", time_ms=None,
-              failing_example_json=json.dumps({"m": 1, "n": 17})),
+        trial(
+            number=1,
+            outcome="incorrect",
+            reason="max abs error 0.3",
+            time_ms=None,
+            failing_example_json=json.dumps({"m": 1, "n": 17}),
+        ),
         trial(number=0),
         trial(study="other", number=0, gpu="A100", outcome="timeout", reason="took 10 s", time_ms=None),
     ]
@@ -308,7 +320,9 @@ WORKERS, ROWS_EACH = 8, 25
 
 
 def _contested_ms(worker: int, i: int) -> float:
-    return 1000.0 - i * WORKERS - worker  # every write faster than the same worker's last; the fastest is the last of worker 7
+    return (
+        1000.0 - i * WORKERS - worker
+    )  # every write faster than the same worker's last; the fastest is the last of worker 7
 
 
 def _write_rows(url: str, worker: int, start: Any) -> None:
@@ -319,7 +333,9 @@ def _write_rows(url: str, worker: int, start: Any) -> None:
                 raise AssertionError(f"worker {worker} row {i} was not stored")
             config = json.dumps({"worker": worker, "i": i})
             store.record_best(best(bucket="contested", time_ms=_contested_ms(worker, i), config_json=config))
-            store.record_trials([trial(study=f"w={worker}", number=2 * i), trial(study=f"w={worker}", number=2 * i + 1)])
+            store.record_trials(
+                [trial(study=f"w={worker}", number=2 * i), trial(study=f"w={worker}", number=2 * i + 1)]
+            )
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
@@ -357,8 +373,14 @@ def test_concurrent_writers_lose_nothing(shared_db: str) -> None:
 
 
 def _flag(store: ConfigStore, row: BestRow, **kw: Any) -> bool:
-    return store.record_verification(row, passed=False, seed=1, examples=5,
-                                     failure_json=json.dumps({"problem": {"m": 3, "n": 17}, "reason": "NaN"}), **kw)
+    return store.record_verification(
+        row,
+        passed=False,
+        seed=1,
+        examples=5,
+        failure_json=json.dumps({"problem": {"m": 3, "n": 17}, "reason": "NaN"}),
+        **kw,
+    )
 
 
 def test_a_verification_is_kept_on_the_row_it_checked_and_leaves_the_evidence_alone(store: ConfigStore) -> None:
@@ -371,7 +393,9 @@ def test_a_verification_is_kept_on_the_row_it_checked_and_leaves_the_evidence_al
     [got] = store.best_rows()
     assert (got.verified_at, got.verify_seed, got.verify_examples, got.verify_passed) == (at, 1, 5, False)
     assert got.flagged and got.verify_failure == {"problem": {"m": 3, "n": 17}, "reason": "NaN"}
-    verification = dict(verified_at=None, verify_seed=None, verify_examples=None, verify_passed=None, verify_failure_json=None)
+    verification = dict(
+        verified_at=None, verify_seed=None, verify_examples=None, verify_passed=None, verify_failure_json=None
+    )
     assert unsaved(dataclasses.replace(got, **verification)) == row
 
     assert store.record_verification(got, passed=True, seed=2, examples=9)  # the latest verification counts
@@ -390,8 +414,12 @@ def test_a_verification_of_a_row_that_changed_meanwhile_is_not_kept(store: Confi
 
 @pytest.mark.parametrize(
     "bad, message",
-    [({"passed": True, "failure_json": '{"problem": {}}'}, "failed verification"), ({"examples": -1}, "verify_examples"),
-     ({"failure_json": "[1]"}, "JSON object"), ({"at": datetime(2026, 1, 1)}, "timezone-aware")],
+    [
+        ({"passed": True, "failure_json": '{"problem": {}}'}, "failed verification"),
+        ({"examples": -1}, "verify_examples"),
+        ({"failure_json": "[1]"}, "JSON object"),
+        ({"at": datetime(2026, 1, 1)}, "timezone-aware"),
+    ],
 )
 def test_record_verification_rejects_bad_outcomes(store: ConfigStore, bad: dict[str, Any], message: str) -> None:
     store.record_best(best())

@@ -7,17 +7,17 @@ import math
 import pytest
 import torch
 from click.testing import CliRunner
+from stored_rows import store_best
+from wrong_kernels import BAD_BLOCK, TAIL_BUG_ADD, tail_bug_add
 
+import autotune.kernels.vector_add.add as vector_add
 from autotune import gpu, runtime
 from autotune.cli import main
 from autotune.db import ConfigStore
-import autotune.kernels.vector_add.add as vector_add
-from autotune.measure.reverify import reverify_rows
 from autotune.engine.warm_starts import warm_starts
-from autotune.spec import DTYPE_NAMES
 from autotune.identity import RowKey
-from stored_rows import store_best
-from wrong_kernels import BAD_BLOCK, TAIL_BUG_ADD, tail_bug_add
+from autotune.measure.reverify import reverify_rows
+from autotune.spec import DTYPE_NAMES
 
 RIGHT = {"BLOCK_SIZE": 1024, "num_warps": 4, "num_stages": 1}
 WRONG = {"BLOCK_SIZE": BAD_BLOCK, "num_warps": 4, "num_stages": 1}  # wrong whenever the last block is partial
@@ -53,8 +53,13 @@ def test_the_right_row_passes_the_wrong_one_is_flagged_with_its_example_and_no_l
     assert run.exit_code == 1, run.output
     table = {r["bucket"]: r for r in json.loads(run.stdout)}
     assert table["n=8192"]["result"] == "pass" and table["n=8192"]["examples"] >= 20
-    assert table["n=16384"]["result"] == "FAIL" and '"shape"' in table["n=16384"]["minimal failing problem / why skipped"]
-    assert table["n=4096"]["result"] == "skipped" and "another source" in table["n=4096"]["minimal failing problem / why skipped"]
+    assert (
+        table["n=16384"]["result"] == "FAIL" and '"shape"' in table["n=16384"]["minimal failing problem / why skipped"]
+    )
+    assert (
+        table["n=4096"]["result"] == "skipped"
+        and "another source" in table["n=4096"]["minimal failing problem / why skipped"]
+    )
     assert "seed 2" in run.stderr and "1 pass, 1 FAIL" in run.stderr
 
     rows = _rows(user_db)
@@ -81,8 +86,17 @@ def test_a_flagged_row_is_no_warm_start_and_its_bucket_falls_back_to_the_default
     assert _launch(10000) == (WRONG, False)
     with ConfigStore(str(user_db)) as store:
         reverify_rows(store, kernels=[TAIL_BUG_ADD], examples=10, seed=2)
-        assert warm_starts(TAIL_BUG_ADD, store, RowKey(TAIL_BUG_ADD.name, TAIL_BUG_ADD.source_hash, gpu.current_gpu().name, DTYPE_NAMES[torch.float32], "n=16384")) == [
-            TAIL_BUG_ADD.space.default]
+        assert warm_starts(
+            TAIL_BUG_ADD,
+            store,
+            RowKey(
+                TAIL_BUG_ADD.name,
+                TAIL_BUG_ADD.source_hash,
+                gpu.current_gpu().name,
+                DTYPE_NAMES[torch.float32],
+                "n=16384",
+            ),
+        ) == [TAIL_BUG_ADD.space.default]
     assert _launch(10000) == (TAIL_BUG_ADD.space.default, True)  # this process stopped serving it at once
 
 
@@ -104,8 +118,9 @@ def test_each_row_is_recorded_as_it_finishes_so_an_interrupted_run_keeps_it(user
 
 def test_an_interrupted_run_is_finished_with_unverified_only(user_db):
     test_each_row_is_recorded_as_it_finishes_so_an_interrupted_run_keeps_it(user_db)
-    run = CliRunner().invoke(main, ["db", "verify", *KERNEL, "--unverified", "--examples", "10", "--seed", "6",
-                                    "--format", "json"])
+    run = CliRunner().invoke(
+        main, ["db", "verify", *KERNEL, "--unverified", "--examples", "10", "--seed", "6", "--format", "json"]
+    )
     assert run.exit_code == 0, run.output
     assert [r["bucket"] for r in json.loads(run.stdout)] == ["n=8192"]  # the row the first run did not reach
     rows = _rows(user_db)

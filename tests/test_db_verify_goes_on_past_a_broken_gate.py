@@ -8,17 +8,17 @@ import json
 import pytest
 import torch
 from click.testing import CliRunner
-
-from autotune.cli import main
-from autotune.db import ConfigStore
-from autotune.kernels.attention import problems as attn
-import autotune.kernels.vector_add.add as vector_add
-from autotune.kernels.attention.flash_attn import SPEC as FLASH_ATTN
-from autotune.kernels.attention.flash_attn_backward import SPEC as FLASH_ATTN_BACKWARD
-from autotune.gate.verify import check_problem, verify
-from autotune.gate.compare import InvalidOutputs, check_references
 from stored_rows import store_best
 from wrong_kernels import EMPTY_BLIND_ADD, TAIL_BUG_ADD
+
+import autotune.kernels.vector_add.add as vector_add
+from autotune.cli import main
+from autotune.db import ConfigStore
+from autotune.gate.compare import InvalidOutputs, check_references
+from autotune.gate.verify import check_problem, verify
+from autotune.kernels.attention import problems as attn
+from autotune.kernels.attention.flash_attn import SPEC as FLASH_ATTN
+from autotune.kernels.attention.flash_attn_backward import SPEC as FLASH_ATTN_BACKWARD
 
 EMPTY = vector_add.parse_shape("0")
 RIGHT = {"BLOCK_SIZE": 1024, "num_warps": 4, "num_stages": 1}

@@ -13,17 +13,27 @@ import pytest
 BENCHMARKS = pathlib.Path(__file__).resolve().parents[1] / "benchmarks"
 
 
-@pytest.mark.parametrize("script,variants,kernels", [
-    ("e2e_decoder_layer", "eager,compile,autotune,autotune-forced,autotune-compile",
-     {"rms_norm", "rms_norm_backward", "flash_attn", "flash_attn_backward"}),
-    ("e2e_unet_block", "eager,compile,autotune,autotune-forced,autotune-compile",
-     {"group_norm", "layer_norm", "flash_attn"}),
-])
+@pytest.mark.parametrize(
+    "script,variants,kernels",
+    [
+        (
+            "e2e_decoder_layer",
+            "eager,compile,autotune,autotune-forced,autotune-compile",
+            {"rms_norm", "rms_norm_backward", "flash_attn", "flash_attn_backward"},
+        ),
+        (
+            "e2e_unet_block",
+            "eager,compile,autotune,autotune-forced,autotune-compile",
+            {"group_norm", "layer_norm", "flash_attn"},
+        ),
+    ],
+)
 def test_smoke_run_writes_the_report(script, variants, kernels, benchmark_script, monkeypatch, tmp_path):
     monkeypatch.syspath_prepend(str(BENCHMARKS))  # the scripts import e2e_common beside them
     out = tmp_path / script
-    monkeypatch.setattr(sys, "argv", [script, "--smoke", "--variants", variants, "--profile-steps", "1",
-                                      "--out", str(out)])
+    monkeypatch.setattr(
+        sys, "argv", [script, "--smoke", "--variants", variants, "--profile-steps", "1", "--out", str(out)]
+    )
     benchmark_script(script).main()
     data = json.loads(out.with_name(script + ".json").read_text())
     assert list(data["times"]) == variants.split(",")

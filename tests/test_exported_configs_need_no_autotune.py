@@ -8,12 +8,12 @@ import time
 import pytest
 import torch
 import triton
+import user_kernels
 from click.testing import CliRunner
+from stored_rows import store_best
 
 from autotune import gpu
 from autotune.cli import main
-from stored_rows import store_best
-import user_kernels
 
 SMALL = {"BLOCK": 256, "num_warps": 2, "num_stages": 1}
 LARGE = {"BLOCK": 1024, "num_warps": 4, "num_stages": 2}
@@ -46,15 +46,30 @@ def _cpu_bench(fn, quantiles):
 
 def test_the_triton_export_is_a_config_list_triton_autotune_uses(tuned, tmp_path):
     out = tmp_path / "axpy_configs.py"
-    result = CliRunner().invoke(main, ["db", "export", "--format", "triton", "--kernel", "user_kernels:axpy",
-                                       "--gpu", gpu.current_gpu().name, "-o", str(out)])
+    result = CliRunner().invoke(
+        main,
+        [
+            "db",
+            "export",
+            "--format",
+            "triton",
+            "--kernel",
+            "user_kernels:axpy",
+            "--gpu",
+            gpu.current_gpu().name,
+            "-o",
+            str(out),
+        ],
+    )
     assert result.exit_code == 0, result.output
     module = _load(out)
     assert set(module.CONFIGS) == {("fp32", "n=1024"), ("fp32", "n=65536"), ("fp16", "n=1024")}
     (small,) = module.CONFIGS[("fp32", "n=1024")]
     assert (small.kwargs, small.num_warps, small.num_stages) == ({"BLOCK": 256}, 2, 1)
     assert [(c.kwargs, c.num_warps, c.num_stages) for c in module.ALL_CONFIGS] == [
-        ({"BLOCK": 1024}, 4, 2), ({"BLOCK": 256}, 2, 1)]  # each distinct config once
+        ({"BLOCK": 1024}, 4, 2),
+        ({"BLOCK": 256}, 2, 1),
+    ]  # each distinct config once
 
     autotuned = triton.autotune(configs=module.ALL_CONFIGS, key=["n"], do_bench=_cpu_bench)(user_kernels._axpy_kernel)
     x, y = torch.randn(3000), torch.randn(3000)
@@ -66,18 +81,23 @@ def test_the_triton_export_is_a_config_list_triton_autotune_uses(tuned, tmp_path
 
 def test_the_json_export_is_keyed_by_gpu_dtype_and_bucket(tuned, tmp_path):
     out = tmp_path / "axpy.json"
-    result = CliRunner().invoke(main, ["db", "export", "--format", "json", "--kernel", "user_kernels:axpy",
-                                       "--gpu", "cpu", "-o", str(out)])
+    result = CliRunner().invoke(
+        main, ["db", "export", "--format", "json", "--kernel", "user_kernels:axpy", "--gpu", "cpu", "-o", str(out)]
+    )
     assert result.exit_code == 0, result.output
-    assert json.loads(out.read_text()) == {gpu.CPU_INTERPRETER: {
-        "fp32": {"n=1024": SMALL, "n=65536": LARGE}, "fp16": {"n=1024": LARGE}}}
+    assert json.loads(out.read_text()) == {
+        gpu.CPU_INTERPRETER: {"fp32": {"n=1024": SMALL, "n=65536": LARGE}, "fp16": {"n=1024": LARGE}}
+    }
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--format", "json"], "give --kernel"),
-    (["--format", "json", "--kernel", "user_kernels:axpy", "--all-sources"], "--all-sources is for --format db"),
-    (["--format", "triton", "--kernel", "user_kernels:scale_rows"], "no rows of scale_rows"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--format", "json"], "give --kernel"),
+        (["--format", "json", "--kernel", "user_kernels:axpy", "--all-sources"], "--all-sources is for --format db"),
+        (["--format", "triton", "--kernel", "user_kernels:scale_rows"], "no rows of scale_rows"),
+    ],
+)
 def test_a_portable_export_that_cannot_be_made_writes_nothing(tuned, tmp_path, args, message):
     out = tmp_path / "nothing.py"
     result = CliRunner().invoke(main, ["db", "export", "--gpu", "cpu", "-o", str(out), *args])
@@ -88,7 +108,8 @@ def test_a_portable_export_that_cannot_be_made_writes_nothing(tuned, tmp_path, a
 def test_an_existing_file_is_never_overwritten(tuned, tmp_path):
     out = tmp_path / "taken.json"
     out.write_text("mine")
-    result = CliRunner().invoke(main, ["db", "export", "--format", "json", "--kernel", "user_kernels:axpy",
-                                       "--gpu", "cpu", "-o", str(out)])
+    result = CliRunner().invoke(
+        main, ["db", "export", "--format", "json", "--kernel", "user_kernels:axpy", "--gpu", "cpu", "-o", str(out)]
+    )
     assert result.exit_code == 1 and "exists" in result.output
     assert out.read_text() == "mine" and [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []

@@ -9,21 +9,20 @@ from __future__ import annotations
 import dataclasses
 import math
 
+import attention_checks
 import pytest
 import torch
 import torch.nn.functional as F
+from stored_rows import store_best
 
 from autotune import gpu, runtime
-from autotune.kernels.attention import reference as math_
-from autotune.kernels.attention import problems as problems_
+from autotune.gate.compare import compare, outputs_like
+from autotune.gate.verify import ReferenceCache, check_problem, verify
 from autotune.kernels import flash_attn
+from autotune.kernels.attention import problems as problems_
+from autotune.kernels.attention import reference as math_
 from autotune.kernels.attention.flash_attn import SPEC, descriptor_ok
 from autotune.search_spaces.flash_attn import FORWARD_SPACE as SPACE
-from autotune.gate.verify import ReferenceCache, check_problem, verify
-from autotune.gate.compare import compare, outputs_like
-
-import attention_checks
-from stored_rows import store_best
 
 pytestmark = [
     pytest.mark.usefixtures("user_db"),  # public calls read a fresh, empty user database: the default config
@@ -47,6 +46,8 @@ CASES = {
 
 
 config = SPACE.with_overrides
+
+
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: str(d).removeprefix("torch."))
 @pytest.mark.parametrize("case", CASES)
 def test_default_passes_the_gate_on_the_correctness_cases(case, dtype):
@@ -56,23 +57,36 @@ def test_default_passes_the_gate_on_the_correctness_cases(case, dtype):
 @pytest.mark.parametrize("head_dim", problems_.HEAD_DIMS + (1, 72))
 def test_every_head_dim_passes_the_gate(head_dim):
     # 80 and 96 run padded to 128, 1 to 16; causal with Nq < Nk.
-    attention_checks.assert_passes(SPEC, dict(SPACE.default), [problem(1, 1, 17, head_dim, nk=23, causal=True)],
-                                   (torch.float32, torch.float16))
+    attention_checks.assert_passes(
+        SPEC, dict(SPACE.default), [problem(1, 1, 17, head_dim, nk=23, causal=True)], (torch.float32, torch.float16)
+    )
 
 
 VARIANTS = {
-    "mask every block": (config(mask="every", BLOCK_M=32, BLOCK_N=16, num_warps=2),
-                         [CASES["causal Nq<Nk"], CASES["causal Nq>Nk"], CASES["ragged N"]]),
-    "descriptors": (config(kv_load="descriptor", BLOCK_M=16, num_warps=2, num_stages=1),
-                    [CASES["causal Nq>Nk"], CASES["custom scale"], problem(1, 2, 21, 1, nk=33)]),
-    "key splits": (config(KV_SPLITS=8, BLOCK_M=16, num_warps=2),
-                   [CASES["decode, Nk=1000"], problem(1, 2, 3, 80, nk=500, causal=True, magnitude=8.0)]),
-    "packed GQA heads": (config(gqa="packed", KV_SPLITS=4, BLOCK_M=16, num_warps=2),
-                         [problem(1, 6, 1, 32, kv_heads=2, nk=700), problem(1, 4, 9, 32, kv_heads=1, nk=300, causal=True)]),
-    "large tiles": (config(BLOCK_M=64, BLOCK_N=64, num_warps=8, num_stages=3, gqa="packed"),
-                    [problem(1, 4, 70, 32, kv_heads=2, nk=130, causal=True)]),
-    "P rounded": (config(p="rounded", BLOCK_M=16, BLOCK_N=32, num_warps=2),
-                  [CASES["causal Nq<Nk"], CASES["large logits"], CASES["decode, Nk=1000"]]),
+    "mask every block": (
+        config(mask="every", BLOCK_M=32, BLOCK_N=16, num_warps=2),
+        [CASES["causal Nq<Nk"], CASES["causal Nq>Nk"], CASES["ragged N"]],
+    ),
+    "descriptors": (
+        config(kv_load="descriptor", BLOCK_M=16, num_warps=2, num_stages=1),
+        [CASES["causal Nq>Nk"], CASES["custom scale"], problem(1, 2, 21, 1, nk=33)],
+    ),
+    "key splits": (
+        config(KV_SPLITS=8, BLOCK_M=16, num_warps=2),
+        [CASES["decode, Nk=1000"], problem(1, 2, 3, 80, nk=500, causal=True, magnitude=8.0)],
+    ),
+    "packed GQA heads": (
+        config(gqa="packed", KV_SPLITS=4, BLOCK_M=16, num_warps=2),
+        [problem(1, 6, 1, 32, kv_heads=2, nk=700), problem(1, 4, 9, 32, kv_heads=1, nk=300, causal=True)],
+    ),
+    "large tiles": (
+        config(BLOCK_M=64, BLOCK_N=64, num_warps=8, num_stages=3, gqa="packed"),
+        [problem(1, 4, 70, 32, kv_heads=2, nk=130, causal=True)],
+    ),
+    "P rounded": (
+        config(p="rounded", BLOCK_M=16, BLOCK_N=32, num_warps=2),
+        [CASES["causal Nq<Nk"], CASES["large logits"], CASES["decode, Nk=1000"]],
+    ),
 }
 
 
@@ -145,15 +159,27 @@ def test_a_decode_row_of_two_nearly_tied_keys_passes_where_it_failed_without_the
     # db verify flagged this problem on the H100 (seed 1870362795): scale 1 at head dim 256 makes scores of
     # ~2400 whose float32 rounding (~1e-4) is all the error, on outputs that are the leftover of two terms
     # of ~5. Every config failed it alike (here: error 0.0745 > budget 0.0668 before the floor).
-    tied = {"batch": 1, "causal": False, "head_dim": 256, "heads": 3, "kv_heads": 1, "layout": "contiguous",
-            "magnitude": 8.0, "nk": 114, "nq": 114, "scale": 1.0}
+    tied = {
+        "batch": 1,
+        "causal": False,
+        "head_dim": 256,
+        "heads": 3,
+        "kv_heads": 1,
+        "layout": "contiguous",
+        "magnitude": 8.0,
+        "nk": 114,
+        "nq": 114,
+        "scale": 1.0,
+    }
     cfg = config(BLOCK_M=16, BLOCK_N=64, num_warps=4, num_stages=2, mask="every", p="split")
     assert check_problem(SPEC, cfg, tied, torch.float16, seed=1) is None
+
     # A kernel off by a little is still caught there: the output scaled by 1.01 (budget 0.0044, error 0.011).
     def off(inputs, c, out):
         SPEC.launch(inputs, c, out)
         out[0].mul_(1.01)
         return out
+
     failure = check_problem(dataclasses.replace(SPEC, launch=off), cfg, tied, torch.float16, seed=1)
     assert failure is not None and "output 0: error" in failure.reason
 
@@ -169,8 +195,9 @@ def test_causal_mask_is_aligned_top_left_as_torch_aligns_it(nq, nk):
     torch.testing.assert_close(flash_attn(q, k, v, is_causal=True), expect)
     bottom_right = torch.ones(nq, nk, dtype=torch.bool).tril(diagonal=nk - nq)
     if bool(bottom_right.any(-1).all()):
-        assert not torch.allclose(flash_attn(q, k, v, is_causal=True),
-                                  F.scaled_dot_product_attention(q, k, v, attn_mask=bottom_right))
+        assert not torch.allclose(
+            flash_attn(q, k, v, is_causal=True), F.scaled_dot_product_attention(q, k, v, attn_mask=bottom_right)
+        )
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=str)
@@ -179,10 +206,15 @@ def test_public_function_matches_sdpa(dtype):
     tol = {} if dtype is torch.float32 else dict(atol=2e-3, rtol=2e-3)
     q, k, v = (torch.randn(2, 4, n, 40).to(dtype) for n in (23, 31, 31))
     for kwargs in (dict(), dict(is_causal=True, scale=0.2)):
-        torch.testing.assert_close(flash_attn(q, k, v, **kwargs), F.scaled_dot_product_attention(q, k, v, **kwargs), **tol)
+        torch.testing.assert_close(
+            flash_attn(q, k, v, **kwargs), F.scaled_dot_product_attention(q, k, v, **kwargs), **tol
+        )
     kv = (k[:, :2], v[:, :2])  # grouped heads
-    torch.testing.assert_close(flash_attn(q, *kv, is_causal=True, enable_gqa=True),
-                               F.scaled_dot_product_attention(q, *kv, is_causal=True, enable_gqa=True), **tol)
+    torch.testing.assert_close(
+        flash_attn(q, *kv, is_causal=True, enable_gqa=True),
+        F.scaled_dot_product_attention(q, *kv, is_causal=True, enable_gqa=True),
+        **tol,
+    )
     kv = (k[:, :1], v[:, :1])  # one key/value head broadcast, as torch broadcasts it without enable_gqa
     torch.testing.assert_close(flash_attn(q, *kv), F.scaled_dot_product_attention(q, *kv), **tol)
     strided = q.transpose(1, 2).contiguous().transpose(1, 2)  # (B, N, H, D) memory
@@ -217,8 +249,11 @@ def test_a_float32_call_is_never_served_a_config_whose_float64_tiles_do_not_fit(
     with runtime.record_launches() as launches:
         for dtype in (torch.float16, torch.float32):
             q = torch.randn(1, 2, 100, 256, dtype=dtype)
-            torch.testing.assert_close(flash_attn(q, q, q), F.scaled_dot_product_attention(q, q, q),
-                                       **({} if dtype == torch.float32 else dict(atol=2e-3, rtol=2e-3)))
+            torch.testing.assert_close(
+                flash_attn(q, q, q),
+                F.scaled_dot_product_attention(q, q, q),
+                **({} if dtype == torch.float32 else dict(atol=2e-3, rtol=2e-3)),
+            )
     assert [c for _, c in launches] == [big, dict(SPACE.default)]  # the nearest row in fp16; in fp32 none
 
 
@@ -269,7 +304,12 @@ def test_variants_verify_on_the_gpu_near_the_preset_shapes(dtype):
         (dict(SPACE.default), [prefill, decode]),
         (config(BLOCK_M=128, BLOCK_N=64, num_warps=8, num_stages=3, kv_load="descriptor"), [prefill]),
         (config(BLOCK_M=128, BLOCK_N=128, num_warps=8, num_stages=2, mask="every"), [prefill]),
-        (config(BLOCK_M=16, BLOCK_N=128, num_warps=4, num_stages=3, KV_SPLITS=16, gqa="packed", kv_load="descriptor"), [decode]),
+        (
+            config(
+                BLOCK_M=16, BLOCK_N=128, num_warps=4, num_stages=3, KV_SPLITS=16, gqa="packed", kv_load="descriptor"
+            ),
+            [decode],
+        ),
     ]
     for cfg, presets in tried:
         for preset in presets:
@@ -293,7 +333,10 @@ def test_peak_memory_grows_linearly_not_quadratically():
         del q, k, v
     # Forward and backward hold o, dO, dq, dk, dv and row statistics: a few times one input, never N x N.
     naive_scores = 4 * 32768 * 32768 * 2  # the bf16 N x N scores of 4 heads that naive attention stores
-    print(f"\npeak bytes above inputs, causal fwd+bwd, B=1 H=4 D=128 bf16: {peaks}; one input: {held}; naive N x N scores at 32768: {naive_scores}")
+    print(
+        f"\npeak bytes above inputs, causal fwd+bwd, B=1 H=4 D=128 bf16: {peaks}"
+        f"; one input: {held}; naive N x N scores at 32768: {naive_scores}"
+    )
     assert peaks[32768] < 8 * held[32768] and peaks[32768] < naive_scores / 20, (peaks, naive_scores)
     # Doubling N doubles the peak, give or take allocator rounding; stored scores would quadruple it.
     assert peaks[32768] / peaks[16384] < 2.3 and peaks[16384] / peaks[8192] < 2.3, peaks

@@ -7,21 +7,20 @@ compiles with torch.compile(fullgraph=True) and trains like eager torch."""
 
 from __future__ import annotations
 
+import attention_checks
 import pytest
 import torch
 import torch.nn.functional as F
+from dispatched_ops import DispatchedOps, autotune_ops
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 from autotune import runtime
-from autotune.kernels.attention import problems as problems_
+from autotune.gate.compare import compare, outputs_like
+from autotune.gate.verify import ReferenceCache, check_problem, verify
 from autotune.kernels import flash_attn
+from autotune.kernels.attention import problems as problems_
 from autotune.kernels.attention.flash_attn_backward import SPEC
 from autotune.search_spaces.flash_attn import BACKWARD_SPACE as SPACE
-from autotune.gate.verify import ReferenceCache, check_problem, verify
-from autotune.gate.compare import compare, outputs_like
-
-import attention_checks
-from dispatched_ops import DispatchedOps, autotune_ops
 
 pytestmark = [pytest.mark.usefixtures("user_db"), pytest.mark.filterwarnings("ignore::RuntimeWarning")]
 
@@ -41,6 +40,8 @@ CASES = {
 
 
 config = SPACE.with_overrides
+
+
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: str(d).removeprefix("torch."))
 @pytest.mark.parametrize("case", CASES)
 def test_default_passes_the_gate_on_the_correctness_cases(case, dtype):
@@ -53,14 +54,22 @@ def test_every_head_dim_passes_the_gate():
 
 
 VARIANTS = {
-    "atomic dq": (config(dq="atomic", BLOCK_M=16, BLOCK_N=32, num_warps=2),
-                  [CASES["causal Nq>Nk"], CASES["GQA"], CASES["large logits"]]),
-    "delta from the output": (config(delta="output", BLOCK_M=32, BLOCK_N=16, num_warps=2),
-                              [CASES["causal Nq<Nk"], CASES["custom scale"], CASES["GQA"]]),
-    "dS rounded": (config(ds="rounded", BLOCK_M=32, BLOCK_N=16, num_warps=2),
-                   [CASES["causal Nq<Nk"], CASES["GQA"], CASES["large logits"]]),
-    "large tiles": (config(BLOCK_M=64, BLOCK_N=64, num_warps=8, num_stages=3, dq="atomic"),
-                    [problem(1, 4, 70, 32, kv_heads=1, nk=130, causal=True)]),
+    "atomic dq": (
+        config(dq="atomic", BLOCK_M=16, BLOCK_N=32, num_warps=2),
+        [CASES["causal Nq>Nk"], CASES["GQA"], CASES["large logits"]],
+    ),
+    "delta from the output": (
+        config(delta="output", BLOCK_M=32, BLOCK_N=16, num_warps=2),
+        [CASES["causal Nq<Nk"], CASES["custom scale"], CASES["GQA"]],
+    ),
+    "dS rounded": (
+        config(ds="rounded", BLOCK_M=32, BLOCK_N=16, num_warps=2),
+        [CASES["causal Nq<Nk"], CASES["GQA"], CASES["large logits"]],
+    ),
+    "large tiles": (
+        config(BLOCK_M=64, BLOCK_N=64, num_warps=8, num_stages=3, dq="atomic"),
+        [problem(1, 4, 70, 32, kv_heads=1, nk=130, causal=True)],
+    ),
 }
 
 
@@ -117,8 +126,11 @@ def test_autograd_gives_sdpas_gradients(causal, kv_heads, nq, nk):
     do = torch.randn(2, 4, nq, 24)
     gqa = kv_heads != 4
     got = _grads(lambda *t: flash_attn(*t, is_causal=causal, enable_gqa=gqa), (q, k, v), do)
-    expect = _grads(lambda *t: F.scaled_dot_product_attention(*t, is_causal=causal, enable_gqa=gqa),
-                    (q.double(), k.double(), v.double()), do.double())
+    expect = _grads(
+        lambda *t: F.scaled_dot_product_attention(*t, is_causal=causal, enable_gqa=gqa),
+        (q.double(), k.double(), v.double()),
+        do.double(),
+    )
     for g, e in zip(got, expect):
         assert g.dtype == torch.float32
         torch.testing.assert_close(g.double(), e, atol=1e-5, rtol=1e-5)

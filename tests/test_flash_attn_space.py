@@ -13,19 +13,22 @@ import torch
 from hypothesis import given, settings
 
 import autotune
+from autotune.engine.warm_starts import warm_starts
+from autotune.identity import RowKey
 from autotune.kernels.attention import problems as problems_
 from autotune.kernels.attention.flash_attn import SPEC as FORWARD
 from autotune.kernels.attention.flash_attn_backward import SPEC as BACKWARD
 from autotune.search_spaces import flash_attn as space_
-from autotune.engine.warm_starts import warm_starts
 from autotune.search_spaces.flash_attn import BACKWARD_SPACE, FORWARD_SPACE, bucket
 from autotune.spec import DTYPE_NAMES
-from autotune.identity import RowKey
 
 problem = problems_.problem
 EXTREMES = [
-    problem(1, 1, 1, 1), problem(1, 1, 1, 256, nk=131072), problem(64, 32, 16384, 256, causal=True),
-    problem(2, 32, 1, 128, kv_heads=2, nk=65536), problem(1, 4, 3000, 80, kv_heads=1, nk=7, causal=True),
+    problem(1, 1, 1, 1),
+    problem(1, 1, 1, 256, nk=131072),
+    problem(64, 32, 16384, 256, causal=True),
+    problem(2, 32, 1, 128, kv_heads=2, nk=65536),
+    problem(1, 4, 3000, 80, kv_heads=1, nk=7, causal=True),
     problem(0, 1, 0, 16, nk=0),
 ]
 
@@ -42,19 +45,36 @@ def test_defaults_run_on_every_problem(p):
         (FORWARD_SPACE, dict(BLOCK_M=128, num_warps=8), problem(1, 1, 40, 64), "BLOCK_M exceeds the query rows"),
         (FORWARD_SPACE, dict(BLOCK_M=128, num_warps=8, gqa="packed"), problem(1, 4, 40, 64, kv_heads=1), None),
         (FORWARD_SPACE, dict(BLOCK_N=256, num_warps=8), problem(1, 1, 512, 64, nk=100), "BLOCK_N exceeds Nk"),
-        (FORWARD_SPACE, dict(BLOCK_M=256, BLOCK_N=256, num_warps=8, num_stages=4), problem(1, 1, 4096, 256),
-         "shared memory"),
-        (FORWARD_SPACE, dict(BLOCK_M=256, BLOCK_N=256, num_warps=2, num_stages=1), problem(1, 1, 4096, 128),
-         "values per thread"),
+        (
+            FORWARD_SPACE,
+            dict(BLOCK_M=256, BLOCK_N=256, num_warps=8, num_stages=4),
+            problem(1, 1, 4096, 256),
+            "shared memory",
+        ),
+        (
+            FORWARD_SPACE,
+            dict(BLOCK_M=256, BLOCK_N=256, num_warps=2, num_stages=1),
+            problem(1, 1, 4096, 128),
+            "values per thread",
+        ),
         (FORWARD_SPACE, dict(BLOCK_M=16, BLOCK_N=16), problem(1, 1, 64, 64), "idle warps"),
         (FORWARD_SPACE, dict(KV_SPLITS=4), problem(16, 16, 4096, 64), "programs already"),
-        (FORWARD_SPACE, dict(KV_SPLITS=64, BLOCK_M=16, BLOCK_N=64), problem(1, 1, 1, 64, nk=2048), "splits without a key block"),
+        (
+            FORWARD_SPACE,
+            dict(KV_SPLITS=64, BLOCK_M=16, BLOCK_N=64),
+            problem(1, 1, 1, 64, nk=2048),
+            "splits without a key block",
+        ),
         (FORWARD_SPACE, dict(gqa="packed"), problem(1, 4, 64, 64), "needs grouped-query attention"),
         (FORWARD_SPACE, dict(BLOCK_N=64, num_stages=3), problem(1, 1, 64, 64, nk=60), "nothing to pipeline"),
         (BACKWARD_SPACE, dict(BLOCK_N=128, num_warps=8), problem(1, 1, 40, 64), "BLOCK_N exceeds Nq and Nk"),
         (BACKWARD_SPACE, dict(BLOCK_N=128, BLOCK_M=128, num_warps=2), problem(1, 1, 4096, 256), "values per thread"),
-        (BACKWARD_SPACE, dict(BLOCK_M=128, BLOCK_N=64, num_warps=8, num_stages=5), problem(1, 1, 4096, 128),
-         "shared memory"),
+        (
+            BACKWARD_SPACE,
+            dict(BLOCK_M=128, BLOCK_N=64, num_warps=8, num_stages=5),
+            problem(1, 1, 4096, 128),
+            "shared memory",
+        ),
     ],
 )
 def test_constraints_reject_what_cannot_run_or_only_wastes_a_trial(space, overrides, p, reason):
@@ -68,18 +88,28 @@ def test_descriptors_run_under_the_interpreter():
     assert FORWARD_SPACE.rejects(FORWARD_SPACE.with_overrides(kv_load="descriptor"), p) is None
 
 
-@pytest.mark.parametrize("a, b", [
-    (problem(4, 16, 4096, 128, causal=True), problem(3, 12, 2049, 128, nk=4000, causal=True)),
-    (problem(2, 16, 1, 128, kv_heads=4, nk=32768), problem(1, 28, 1, 128, kv_heads=7, nk=16385)),
-])
+@pytest.mark.parametrize(
+    "a, b",
+    [
+        (problem(4, 16, 4096, 128, causal=True), problem(3, 12, 2049, 128, nk=4000, causal=True)),
+        (problem(2, 16, 1, 128, kv_heads=4, nk=32768), problem(1, 28, 1, 128, kv_heads=7, nk=16385)),
+    ],
+)
 def test_constraints_depend_only_on_the_bucket(a, b):
     assert bucket(a) == bucket(b)
     for space in (FORWARD_SPACE, BACKWARD_SPACE):
         assert [c for c in space.grid() if space.rejects(c, a)] == [c for c in space.grid() if space.rejects(c, b)]
 
 
-@pytest.mark.parametrize("p", [problem(4, 16, 4096, 128, causal=True), problem(2, 16, 1, 128, kv_heads=4, nk=32768),
-                               problem(1, 2, 40, 80, nk=300)], ids=bucket)
+@pytest.mark.parametrize(
+    "p",
+    [
+        problem(4, 16, 4096, 128, causal=True),
+        problem(2, 16, 1, 128, kv_heads=4, nk=32768),
+        problem(1, 2, 40, 80, nk=300),
+    ],
+    ids=bucket,
+)
 def test_suggestions_are_valid_and_draw_only_what_the_problem_can_use(p):
     study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=0))
     group = p["heads"] // p["kv_heads"]
@@ -93,7 +123,10 @@ def test_suggestions_are_valid_and_draw_only_what_the_problem_can_use(p):
     assert len(runnable) >= 5
     backward = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=0))  # a study per kernel, as search() has
     drawn = [BACKWARD_SPACE.suggest(backward.ask(), p) for _ in range(20)]  # each validated against the space
-    assert {d["delta"] for d in drawn} == {"output", "recomputed"} and {d["dq"] for d in drawn} == {"separate", "atomic"}
+    assert {d["delta"] for d in drawn} == {"output", "recomputed"} and {d["dq"] for d in drawn} == {
+        "separate",
+        "atomic",
+    }
     assert {d["ds"] for d in drawn} == {"rounded", "split"}
 
 
@@ -130,7 +163,9 @@ def test_problems_reach_the_correctness_cases():
 
 def test_make_inputs_builds_the_layouts_and_options_it_names():
     cpu = torch.device("cpu")
-    inputs = FORWARD.make_inputs(problem(2, 4, 5, 32, kv_heads=2, nk=7, layout="bnhd", scale=0.3), torch.float16, cpu, 0)
+    inputs = FORWARD.make_inputs(
+        problem(2, 4, 5, 32, kv_heads=2, nk=7, layout="bnhd", scale=0.3), torch.float16, cpu, 0
+    )
     assert inputs["q"].shape == (2, 4, 5, 32) and inputs["q"].stride() == (5 * 4 * 32, 32, 4 * 32, 1)
     assert inputs["k"].shape == (2, 2, 7, 32) and inputs["enable_gqa"] and inputs["scale"] == 0.3
     inputs = FORWARD.make_inputs(problem(1, 1, 5, 80, layout="padded"), torch.float32, cpu, 0)
@@ -143,16 +178,24 @@ def test_make_inputs_builds_the_layouts_and_options_it_names():
 def test_shapes_buckets_presets_and_cost():
     assert FORWARD.parse_shape("4x16x4096x128+causal") == problem(4, 16, 4096, 128, causal=True)
     assert FORWARD.parse_shape("2x16/4x1:32768x128") == problem(2, 16, 1, 128, kv_heads=4, nk=32768)
-    for bad, message in [("4x16x128", "expected BxHxNxD"), ("4x16x8x128+gelu", "only suffix"),
-                         ("1x6/4x8x64", "multiple of key/value heads"), ("1x1x8x512", "head dim")]:
+    for bad, message in [
+        ("4x16x128", "expected BxHxNxD"),
+        ("4x16x8x128+gelu", "only suffix"),
+        ("1x6/4x8x64", "multiple of key/value heads"),
+        ("1x1x8x512", "head dim"),
+    ]:
         with pytest.raises(ValueError, match=message):
             FORWARD.parse_shape(bad)
-    assert bucket(problem(3, 12, 1000, 80, kv_heads=4, nk=3000, causal=True)) == "bh=64,g=3,nq=1024,nk=4096,d=80,causal=1"
+    assert (
+        bucket(problem(3, 12, 1000, 80, kv_heads=4, nk=3000, causal=True)) == "bh=64,g=3,nq=1024,nk=4096,d=80,causal=1"
+    )
     presets = FORWARD.presets
     assert len(presets) == 22 and all(p["batch"] * p["nq"] == 16384 for p in presets[:20])
     assert {(p["head_dim"], p["causal"]) for p in presets[:20]} == {(64, False), (64, True), (128, False), (128, True)}
     assert [p["nq"] for p in presets[20:]] == [1, 1] and presets[21]["kv_heads"] == 4
-    assert all(autotune.get(n).presets_here() == problems_.INTERPRETER_PRESETS for n in ("flash_attn", "flash_attn_backward"))
+    assert all(
+        autotune.get(n).presets_here() == problems_.INTERPRETER_PRESETS for n in ("flash_attn", "flash_attn_backward")
+    )
     square = problem(1, 16, 16384, 128)
     # FlashAttention's count: 4 * B * H * N^2 * D, half when causal, 2.5 times that backward.
     assert FORWARD.cost(square, torch.bfloat16).flops == 4 * 16 * 16384**2 * 128
@@ -184,7 +227,9 @@ def test_searches_start_from_the_tiles_measured_best_for_the_head_dim():
     assert _tiles(FORWARD_SPACE.starts(d64)) == [(64, 128, 4, 2), (128, 64, 4, 3)]
     assert _tiles(FORWARD_SPACE.starts(d128)) == [(128, 64, 4, 2)]
     # Right after the default, before any neighbour's winner.
-    starts = warm_starts(FORWARD, None, RowKey(FORWARD.name, FORWARD.source_hash, "H100", DTYPE_NAMES[torch.bfloat16], bucket(d64)), d64)
+    starts = warm_starts(
+        FORWARD, None, RowKey(FORWARD.name, FORWARD.source_hash, "H100", DTYPE_NAMES[torch.bfloat16], bucket(d64)), d64
+    )
     assert starts[:3] == [FORWARD_SPACE.default, *FORWARD_SPACE.starts(d64)]
     # None where they cannot run or were not measured: a decode step (one query row), float32, head dim 256.
     decode = FORWARD.problem_for(problems_.parse_shape("16x16x1:4096x128"), torch.bfloat16)

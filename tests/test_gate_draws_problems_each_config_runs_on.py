@@ -9,14 +9,14 @@ import pytest
 import torch
 
 from autotune import gpu
+from autotune.gate.verify import draw_problems, verify
 from autotune.kernels.fused_softmax.softmax import SPEC as SOFTMAX
+from autotune.kernels.gemm.matmul import MATMUL
 from autotune.kernels.norm.group_norm import SPEC as GROUP_NORM
 from autotune.kernels.norm.layer_norm import LAYER_NORM
-from autotune.kernels.gemm.matmul import MATMUL
 from autotune.search_spaces.layer_norm import row_shape
 from autotune.search_spaces.matmul import H100_SMS, tiles
 from autotune.search_spaces.softmax import row_shape as softmax_rows
-from autotune.gate.verify import draw_problems, verify
 
 SINGLE_1024 = {"variant": "single", "BLOCK_SIZE": 1024, "ROWS_PER_PROGRAM": 1, "num_warps": 4, "num_stages": 1}
 
@@ -53,8 +53,16 @@ def test_a_single_group_norm_config_is_checked_on_groups_of_its_tile():
 def test_a_persistent_gemm_tile_is_checked_where_it_has_more_tiles_than_sms(monkeypatch):
     """On a GPU the draws for it may be larger than plain draws (the interpreter keeps plain sizes)."""
     monkeypatch.setattr(gpu, "interpreter_active", lambda: False)  # draws only: nothing is launched
-    persistent = {"variant": "persistent", "BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 32, "GROUP_M": 8,
-                  "num_warps": 8, "num_stages": 3, "SPLIT_K": 1}
+    persistent = {
+        "variant": "persistent",
+        "BLOCK_M": 128,
+        "BLOCK_N": 128,
+        "BLOCK_K": 32,
+        "GROUP_M": 8,
+        "num_warps": 8,
+        "num_stages": 3,
+        "SPLIT_K": 1,
+    }
     problems = draw_problems(MATMUL, persistent, torch.float16, examples=30, seed=5)
     assert len(problems) >= 30
     assert all(MATMUL.space.rejects(persistent, p) is None and tiles(persistent, p) > H100_SMS for p in problems)

@@ -5,8 +5,8 @@ import torch
 
 import autotune
 from autotune import gpu, runtime
-from autotune.kernels import add, softmax
 from autotune.gate.verify import verify
+from autotune.kernels import add, softmax
 
 pytestmark = pytest.mark.gpu
 

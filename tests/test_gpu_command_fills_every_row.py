@@ -30,8 +30,13 @@ def test_on_a_cpu_every_row_says_something():
 def test_a_gpu_describes_itself_in_plain_values():
     info = gpu.GPUInfo("H100", "NVIDIA H100 80GB HBM3", (9, 0), 132, 80 * 2**30, 3350, {"bf16": 989, "fp32": 67})
     assert dict(info.describe()) == {
-        "name": "H100", "device": "NVIDIA H100 80GB HBM3", "compute capability": "9.0", "SMs": "132",
-        "memory GiB": "80.0", "peak GB/s (datasheet)": "3350", "peak TFLOP/s (datasheet)": "bf16 989, fp32 67",
+        "name": "H100",
+        "device": "NVIDIA H100 80GB HBM3",
+        "compute capability": "9.0",
+        "SMs": "132",
+        "memory GiB": "80.0",
+        "peak GB/s (datasheet)": "3350",
+        "peak TFLOP/s (datasheet)": "bf16 989, fp32 67",
     }
     unknown = gpu.GPUInfo("RTX-9000", "NVIDIA RTX 9000", (12, 0), 200, None, None, {})
     assert all(value for _, value in unknown.describe())

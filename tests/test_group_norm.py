@@ -14,10 +14,10 @@ from hypothesis import find, settings
 
 from autotune import gpu, runtime
 from autotune.db import BestRow, ConfigStore
-from autotune.kernels import group_norm
-from autotune.kernels.norm.group_norm import _launch, SPEC
-from autotune.search_spaces.group_norm import SPACE, group_block
 from autotune.gate.verify import verify
+from autotune.kernels import group_norm
+from autotune.kernels.norm.group_norm import SPEC, _launch
+from autotune.search_spaces.group_norm import SPACE, group_block
 
 pytestmark = [
     pytest.mark.usefixtures("user_db"),  # an empty user database: public calls run the default config
@@ -29,10 +29,28 @@ DEFAULT = dict(SPACE.default)
 ACT = {None: lambda t: t, "silu": F.silu, "mish": F.mish}
 
 
-def problem(shape, groups, layout="contiguous", activation="silu", affine="both", values="random",
-            magnitude=1.0, scale=1.0, eps=1e-5):
-    return {"shape": list(shape), "groups": groups, "layout": layout, "activation": activation, "affine": affine,
-            "values": values, "magnitude": magnitude, "scale": scale, "eps": eps}
+def problem(
+    shape,
+    groups,
+    layout="contiguous",
+    activation="silu",
+    affine="both",
+    values="random",
+    magnitude=1.0,
+    scale=1.0,
+    eps=1e-5,
+):
+    return {
+        "shape": list(shape),
+        "groups": groups,
+        "layout": layout,
+        "activation": activation,
+        "affine": affine,
+        "values": values,
+        "magnitude": magnitude,
+        "scale": scale,
+        "eps": eps,
+    }
 
 
 def config(**overrides):
@@ -46,24 +64,36 @@ def torch_group_norm(x, groups, weight=None, bias=None, eps=1e-5, activation=Non
 # Each config with problems it applies to: constant groups, a 1e4 offset, tails of the activations
 # (scale 30), 1x1 spatial, odd and prime sizes, channels_last, 3-D and 5-D, groups ending mid-tile.
 CASES = {
-    "default": (dict(SPACE.default), [
-        problem([2, 6, 1, 1], 3, "channels_last", "mish", values="constant"),
-        problem([1, 4, 7, 5], 2, "channels_last", "silu", "weight", "offset", eps=1e-6),
-        problem([3, 3, 37], 1, "sliced", "mish", "bias", scale=30.0),
-    ]),
-    "single": (config(variant="single", BLOCK=64, num_warps=1, num_stages=1), [
-        problem([2, 8, 3, 5], 2, "channels_last", "mish", values="constant", scale=30.0),
-        problem([1, 6, 13], 2, "contiguous", "silu", "none", "offset"),
-        problem([2, 4, 1, 2, 7], 1, "channels_last", "none", "bias", magnitude=1e4, eps=1e-2),
-    ]),
-    "looped": (config(variant="looped", BLOCK=16, num_warps=1, num_stages=2), [
-        problem([1, 6, 5, 7], 2, "channels_last", "mish", values="constant", scale=30.0),
-        problem([2, 3, 41], 1, "permuted", "silu", "weight", "offset"),
-    ]),
-    "split": (config(variant="split", BLOCK=16, SPLIT=4, num_warps=1, num_stages=1), [
-        problem([1, 4, 9, 7], 2, "channels_last", "mish", "both", "offset", scale=30.0),
-        problem([2, 2, 50], 2, "sliced", "silu", values="constant"),
-    ]),
+    "default": (
+        dict(SPACE.default),
+        [
+            problem([2, 6, 1, 1], 3, "channels_last", "mish", values="constant"),
+            problem([1, 4, 7, 5], 2, "channels_last", "silu", "weight", "offset", eps=1e-6),
+            problem([3, 3, 37], 1, "sliced", "mish", "bias", scale=30.0),
+        ],
+    ),
+    "single": (
+        config(variant="single", BLOCK=64, num_warps=1, num_stages=1),
+        [
+            problem([2, 8, 3, 5], 2, "channels_last", "mish", values="constant", scale=30.0),
+            problem([1, 6, 13], 2, "contiguous", "silu", "none", "offset"),
+            problem([2, 4, 1, 2, 7], 1, "channels_last", "none", "bias", magnitude=1e4, eps=1e-2),
+        ],
+    ),
+    "looped": (
+        config(variant="looped", BLOCK=16, num_warps=1, num_stages=2),
+        [
+            problem([1, 6, 5, 7], 2, "channels_last", "mish", values="constant", scale=30.0),
+            problem([2, 3, 41], 1, "permuted", "silu", "weight", "offset"),
+        ],
+    ),
+    "split": (
+        config(variant="split", BLOCK=16, SPLIT=4, num_warps=1, num_stages=1),
+        [
+            problem([1, 4, 9, 7], 2, "channels_last", "mish", "both", "offset", scale=30.0),
+            problem([2, 2, 50], 2, "sliced", "silu", values="constant"),
+        ],
+    ),
 }
 
 
@@ -160,11 +190,22 @@ def test_empty_inputs_give_empty_outputs_without_a_launch(shape):
 
 def _store_row(path, bucket, cfg, dtype="fp32"):
     with ConfigStore(str(path)) as store:
-        store.record_best(BestRow(
-            kernel="group_norm", source_hash=SPEC.source_hash, gpu=gpu.current_gpu().name, device_name="test",
-            dtype=dtype, bucket=bucket, config_json=json.dumps(cfg), problem_json="{}", time_ms=1.0,
-            examples_verified=1, triton_version="x", torch_version="y",
-        ))
+        store.record_best(
+            BestRow(
+                kernel="group_norm",
+                source_hash=SPEC.source_hash,
+                gpu=gpu.current_gpu().name,
+                device_name="test",
+                dtype=dtype,
+                bucket=bucket,
+                config_json=json.dumps(cfg),
+                problem_json="{}",
+                time_ms=1.0,
+                examples_verified=1,
+                triton_version="x",
+                torch_version="y",
+            )
+        )
 
 
 def test_public_call_launches_the_stored_config_of_its_bucket(user_db):
@@ -254,7 +295,10 @@ def test_shapes_buckets_presets_and_cost():
         with pytest.raises(ValueError):
             SPEC.parse_shape(bad)
     assert [SPEC.bucket(p) for p in SPEC.presets] == [
-        "ng=256,cg=16,hw=4096,cl=0", "ng=512,cg=16,hw=4096,cl=0", "ng=256,cg=16,hw=4096,cl=1"]
+        "ng=256,cg=16,hw=4096,cl=0",
+        "ng=512,cg=16,hw=4096,cl=0",
+        "ng=256,cg=16,hw=4096,cl=1",
+    ]
     assert all(p["activation"] == "silu" for p in SPEC.presets)
     c = SPEC.cost(SPEC.presets[0], torch.bfloat16)
     numel = 8 * 512 * 64 * 64
@@ -277,8 +321,18 @@ def test_shapes_buckets_presets_and_cost():
         lambda p: p["scale"] == 30.0 and p["activation"] == "silu",
         lambda p: p["eps"] == 1e-2 and p["affine"] == "bias",
     ],
-    ids=["1x1", "odd-prime", "5d-channels-last", "3d-channels-last", "one-channel-groups", "one-group",
-         "constant-mish", "offset", "activation-tails", "eps"],
+    ids=[
+        "1x1",
+        "odd-prime",
+        "5d-channels-last",
+        "3d-channels-last",
+        "one-channel-groups",
+        "one-group",
+        "constant-mish",
+        "offset",
+        "activation-tails",
+        "eps",
+    ],
 )
 def test_problems_reach_the_edge_cases(wanted):
     found = find(SPEC.problems(1 << 13), wanted, settings=settings(max_examples=3000, database=None, derandomize=True))
@@ -291,6 +345,7 @@ def _with_launch(launch):
 
 def _torch_candidate(stats):
     """A group_norm written in float32 PyTorch with the given (mean, var) formula, as a candidate kernel."""
+
     def launch(inputs, cfg, out):
         x, g = inputs["x"].float(), inputs["groups"]
         xg = x.reshape(x.shape[0], g, -1)
@@ -303,6 +358,7 @@ def _torch_candidate(stats):
         out[1].copy_(mean)
         out[2].copy_(rstd)
         return out
+
     return launch
 
 
@@ -320,6 +376,7 @@ def test_the_gate_catches_a_naive_mish_in_the_tails():
         z = out[0].float()
         out[0].copy_(z * torch.tanh(torch.log(1 + torch.exp(z))))  # overflows, and is 0 for z << 0
         return out
+
     tails = problem([1, 8, 4, 4], 4, activation="mish", scale=30.0)
     assert verify(SPEC, DEFAULT, torch.float32, examples=1, extra_problems=[tails]).passed
     failed = verify(_with_launch(naive_mish), DEFAULT, torch.float32, examples=1, extra_problems=[tails])
@@ -332,8 +389,10 @@ def test_the_gate_catches_an_unwritten_group():
         n = x.shape[0]
         SPEC.launch({**inputs, "x": x[: n - 1]}, DEFAULT, tuple(t[: n - 1] for t in out))
         return out
-    failed = verify(_with_launch(skips_last_group), DEFAULT, torch.float32, examples=1,
-                    extra_problems=[problem([2, 4, 3, 3], 2)])
+
+    failed = verify(
+        _with_launch(skips_last_group), DEFAULT, torch.float32, examples=1, extra_problems=[problem([2, 4, 3, 3], 2)]
+    )
     assert failed.failure is not None and "unwritten" in failed.failure.reason
 
 

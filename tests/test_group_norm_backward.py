@@ -12,11 +12,11 @@ import torch.nn.functional as F
 
 from autotune import gpu, runtime
 from autotune.db import BestRow, ConfigStore
+from autotune.gate.verify import check_problem, verify
 from autotune.kernels import group_norm
 from autotune.kernels.norm.group_norm import _forward
 from autotune.kernels.norm.group_norm_backward import SPEC
 from autotune.search_spaces.group_norm import BACKWARD_SPACE, SPACE
-from autotune.gate.verify import check_problem, verify
 
 pytestmark = [
     pytest.mark.usefixtures("user_db"),  # an empty user database: public calls run the default configs
@@ -27,10 +27,28 @@ DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 ACT = {None: lambda t: t, "silu": F.silu, "mish": F.mish}
 
 
-def problem(shape, groups, layout="contiguous", activation="silu", affine="both", values="random",
-            magnitude=1.0, scale=1.0, eps=1e-5):
-    return {"shape": list(shape), "groups": groups, "layout": layout, "activation": activation, "affine": affine,
-            "values": values, "magnitude": magnitude, "scale": scale, "eps": eps}
+def problem(
+    shape,
+    groups,
+    layout="contiguous",
+    activation="silu",
+    affine="both",
+    values="random",
+    magnitude=1.0,
+    scale=1.0,
+    eps=1e-5,
+):
+    return {
+        "shape": list(shape),
+        "groups": groups,
+        "layout": layout,
+        "activation": activation,
+        "affine": affine,
+        "values": values,
+        "magnitude": magnitude,
+        "scale": scale,
+        "eps": eps,
+    }
 
 
 def config(**overrides):
@@ -38,23 +56,35 @@ def config(**overrides):
 
 
 CASES = {
-    "default": (dict(BACKWARD_SPACE.default), [
-        problem([2, 6, 1, 1], 3, "channels_last", "mish", values="constant"),
-        problem([2, 4, 7, 5], 2, "channels_last", "silu", "weight", "offset", eps=1e-6),
-        problem([3, 3, 37], 1, "sliced", "mish", "bias", scale=30.0),
-    ]),
-    "single_atomic": (config(variant="single", BLOCK=64, REDUCE="atomic", num_warps=1, num_stages=1), [
-        problem([2, 8, 3, 5], 2, "channels_last", "mish", values="constant", scale=30.0),
-        problem([3, 6, 13], 2, "contiguous", "silu", "none", "offset"),
-    ]),
-    "looped_atomic": (config(variant="looped", BLOCK=16, REDUCE="atomic", num_warps=1, num_stages=2), [
-        problem([2, 6, 5, 7], 2, "channels_last", "mish", "weight", scale=30.0),
-        problem([2, 3, 41], 1, "permuted", "silu", "bias", "offset"),
-    ]),
-    "split_partials": (config(variant="split", BLOCK=16, SPLIT=4, num_warps=1, num_stages=1), [
-        problem([1, 4, 9, 7], 2, "channels_last", "mish", "both", "offset", scale=30.0),
-        problem([2, 2, 50], 2, "sliced", "silu", values="constant"),
-    ]),
+    "default": (
+        dict(BACKWARD_SPACE.default),
+        [
+            problem([2, 6, 1, 1], 3, "channels_last", "mish", values="constant"),
+            problem([2, 4, 7, 5], 2, "channels_last", "silu", "weight", "offset", eps=1e-6),
+            problem([3, 3, 37], 1, "sliced", "mish", "bias", scale=30.0),
+        ],
+    ),
+    "single_atomic": (
+        config(variant="single", BLOCK=64, REDUCE="atomic", num_warps=1, num_stages=1),
+        [
+            problem([2, 8, 3, 5], 2, "channels_last", "mish", values="constant", scale=30.0),
+            problem([3, 6, 13], 2, "contiguous", "silu", "none", "offset"),
+        ],
+    ),
+    "looped_atomic": (
+        config(variant="looped", BLOCK=16, REDUCE="atomic", num_warps=1, num_stages=2),
+        [
+            problem([2, 6, 5, 7], 2, "channels_last", "mish", "weight", scale=30.0),
+            problem([2, 3, 41], 1, "permuted", "silu", "bias", "offset"),
+        ],
+    ),
+    "split_partials": (
+        config(variant="split", BLOCK=16, SPLIT=4, num_warps=1, num_stages=1),
+        [
+            problem([1, 4, 9, 7], 2, "channels_last", "mish", "both", "offset", scale=30.0),
+            problem([2, 2, 50], 2, "sliced", "silu", values="constant"),
+        ],
+    ),
 }
 
 
@@ -76,13 +106,23 @@ def _grads(fn, x, weight, bias, dy):
 
 @pytest.mark.parametrize(
     "layout, activation",
-    [("contiguous", None), ("contiguous", "silu"), ("contiguous", "mish"), ("channels_last", "mish"),
-     ("ncl", "silu"), ("sliced", None)],
+    [
+        ("contiguous", None),
+        ("contiguous", "silu"),
+        ("contiguous", "mish"),
+        ("channels_last", "mish"),
+        ("ncl", "silu"),
+        ("sliced", None),
+    ],
 )
 def test_gradients_match_torch(layout, activation):
     x = torch.randn(2, 8, 3, 6) * 2 + 0.5
-    x = {"contiguous": x, "channels_last": x.to(memory_format=torch.channels_last), "ncl": x.flatten(2),
-         "sliced": x[..., ::2]}[layout]
+    x = {
+        "contiguous": x,
+        "channels_last": x.to(memory_format=torch.channels_last),
+        "ncl": x.flatten(2),
+        "sliced": x[..., ::2],
+    }[layout]
     w, b = torch.randn(8), torch.randn(8)
     dy = torch.randn(x.shape)
     ours = _grads(lambda *t: group_norm(t[0], 4, t[1], t[2], activation=activation), x, w, b, dy)
@@ -102,8 +142,9 @@ def test_gradients_with_partial_affine_match_float64(affine):
         z = F.group_norm(x, 3) * (1 if w is None else w[:, None]) + (0 if b is None else b[:, None])
         return F.mish(z)
 
-    ref = _grads(reference, x.double(), None if w is None else w.double(), None if b is None else b.double(),
-                 dy.double())
+    ref = _grads(
+        reference, x.double(), None if w is None else w.double(), None if b is None else b.double(), dy.double()
+    )
     torch.testing.assert_close(ours[0], ref[0].float())
     for got, want in zip(ours[1], ref[1], strict=True):
         torch.testing.assert_close(got, want.float())
@@ -136,10 +177,20 @@ def test_constant_groups_have_exact_zero_weight_gradients_and_offsets_keep_preci
 def test_a_gradient_past_half_range_may_round_to_inf():
     # An H100 `db verify` flagged this config on this problem: dx's true value -65524.1 is past float16's
     # largest finite 65504, so the kernel's correctly rounded -inf must pass where PyTorch's finite value does.
-    hard = {"activation": "none", "affine": "both", "eps": 1e-06, "groups": 1, "layout": "contiguous",
-            "magnitude": 0.001, "scale": 30.0, "shape": [3, 3, 2049], "values": "random"}
-    config = BACKWARD_SPACE.validate({"variant": "looped", "BLOCK": 4096, "SPLIT": 1, "num_warps": 16,
-                                      "num_stages": 3, "REDUCE": "partials"})
+    hard = {
+        "activation": "none",
+        "affine": "both",
+        "eps": 1e-06,
+        "groups": 1,
+        "layout": "contiguous",
+        "magnitude": 0.001,
+        "scale": 30.0,
+        "shape": [3, 3, 2049],
+        "values": "random",
+    }
+    config = BACKWARD_SPACE.validate(
+        {"variant": "looped", "BLOCK": 4096, "SPLIT": 1, "num_warps": 16, "num_stages": 3, "REDUCE": "partials"}
+    )
     assert check_problem(SPEC, config, hard, torch.float16, seed=391699466) is None
 
 
@@ -167,8 +218,13 @@ def test_a_planned_backward_serves_gradients_arriving_in_any_layout():
     # The eager backward is planned once per call shape and gradient strides; x stays the same throughout.
     x, w, b = torch.randn(2, 8, 5, 6), torch.randn(8), torch.randn(8)
     dense = torch.randn(x.shape)
-    for dy in (dense, dense.to(memory_format=torch.channels_last), dense.transpose(2, 3).contiguous().transpose(2, 3),
-               torch.randn(1, 1, 1, 1).expand(x.shape), dense):
+    for dy in (
+        dense,
+        dense.to(memory_format=torch.channels_last),
+        dense.transpose(2, 3).contiguous().transpose(2, 3),
+        torch.randn(1, 1, 1, 1).expand(x.shape),
+        dense,
+    ):
         ours = _grads(lambda *t: group_norm(t[0], 4, t[1], t[2], activation="silu"), x, w, b, dy)
         theirs = _grads(lambda *t: F.silu(F.group_norm(t[0], 4, t[1], t[2])), x, w, b, dy)
         torch.testing.assert_close(ours, theirs)
@@ -176,11 +232,22 @@ def test_a_planned_backward_serves_gradients_arriving_in_any_layout():
 
 def _store_backward_row(path, bucket, cfg):
     with ConfigStore(str(path)) as store:
-        store.record_best(BestRow(
-            kernel="group_norm_backward", source_hash=SPEC.source_hash, gpu=gpu.current_gpu().name,
-            device_name="test", dtype="fp32", bucket=bucket, config_json=json.dumps(cfg), problem_json="{}",
-            time_ms=1.0, examples_verified=1, triton_version="x", torch_version="y",
-        ))
+        store.record_best(
+            BestRow(
+                kernel="group_norm_backward",
+                source_hash=SPEC.source_hash,
+                gpu=gpu.current_gpu().name,
+                device_name="test",
+                dtype="fp32",
+                bucket=bucket,
+                config_json=json.dumps(cfg),
+                problem_json="{}",
+                time_ms=1.0,
+                examples_verified=1,
+                triton_version="x",
+                torch_version="y",
+            )
+        )
 
 
 def test_a_backward_planned_once_launches_a_new_row_after_the_database_changes(user_db):
@@ -214,8 +281,16 @@ def test_atomic_and_partial_reductions_agree():
     results = []
     for reduce in ("partials", "atomic"):
         out = (torch.full_like(x, float("nan")), torch.full_like(w, float("nan")), torch.full_like(b, float("nan")))
-        inputs = {"dy": dy, "x": x, "weight": w, "bias": b, "mean": mean, "rstd": rstd, "groups": 2,
-                  "activation": "mish"}
+        inputs = {
+            "dy": dy,
+            "x": x,
+            "weight": w,
+            "bias": b,
+            "mean": mean,
+            "rstd": rstd,
+            "groups": 2,
+            "activation": "mish",
+        }
         results.append(SPEC.launch(inputs, config(variant="split", BLOCK=16, SPLIT=2, num_warps=1, REDUCE=reduce), out))
     torch.testing.assert_close(results[0], results[1])
 
@@ -236,8 +311,10 @@ def test_ops_pass_torch_library_checks():
     w, b = torch.randn(4, requires_grad=True), torch.randn(4, requires_grad=True)
     torch.library.opcheck(torch.ops.autotune.group_norm_forward.default, (x, w, b, 2, 1e-5, "silu"))
     _, mean, rstd = _forward(x.detach(), w.detach(), None, 2, 1e-5, "mish")
-    torch.library.opcheck(torch.ops.autotune.group_norm_backward.default,
-                          (torch.randn(2, 4, 2, 3), x.detach(), w.detach(), None, mean, rstd, 2, "mish"))
+    torch.library.opcheck(
+        torch.ops.autotune.group_norm_backward.default,
+        (torch.randn(2, 4, 2, 3), x.detach(), w.detach(), None, mean, rstd, 2, "mish"),
+    )
 
 
 class _Block(torch.nn.Module):

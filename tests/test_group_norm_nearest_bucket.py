@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from stored_rows import store_best
 
 from autotune import runtime
 from autotune.kernels import group_norm
@@ -13,7 +14,6 @@ from autotune.kernels.norm.group_norm import SPEC as FORWARD
 from autotune.kernels.norm.group_norm_backward import SPEC as BACKWARD
 from autotune.search_spaces.group_norm import bucket_distance
 from autotune.spec import bucket_distance as generic_distance
-from stored_rows import store_best
 
 CALL = {"shape": [2, 8, 16, 16], "groups": 4, "layout": "contiguous", "activation": "silu"}
 """Groups of 2 channels x 256 positions: bucket ng=8,cg=2,hw=256,cl=0."""

@@ -9,15 +9,15 @@ import re
 import pytest
 import torch
 from click.testing import CliRunner
+from fault_kernels import EXPECTED, FAULT_ADD, HANG_CRASH_ADD, MODES, ON_GPU
 
+import autotune.kernels.vector_add.add as vector_add
 from autotune import gpu
-from autotune.engine import isolation
 from autotune.cli import main
 from autotune.db import ConfigStore
-import autotune.kernels.vector_add.add as vector_add
+from autotune.engine import isolation
 from autotune.engine.plan import SearchOptions
 from autotune.engine.search import search
-from fault_kernels import EXPECTED, FAULT_ADD, HANG_CRASH_ADD, MODES, ON_GPU
 
 PROBLEM = vector_add.parse_shape("1000")
 TRIAL_TIMEOUT = 30.0 if ON_GPU else 5.0  # a GPU worker compiles each config on its first launch
@@ -37,8 +37,14 @@ def _evaluation_workers():
 
 
 def _search_faults(store=None, compile_workers=0, **options):
-    return search(FAULT_ADD, PROBLEM, torch.float32, SearchOptions(sampler="grid", examples=3, final_examples=5,
-                  trial_timeout=TRIAL_TIMEOUT, **options), store=store, compile_workers=compile_workers)
+    return search(
+        FAULT_ADD,
+        PROBLEM,
+        torch.float32,
+        SearchOptions(sampler="grid", examples=3, final_examples=5, trial_timeout=TRIAL_TIMEOUT, **options),
+        store=store,
+        compile_workers=compile_workers,
+    )
 
 
 def _assert_every_fault_recorded(trials):
@@ -75,7 +81,12 @@ def test_isolated_search_records_each_fault_with_its_reason_and_stores_the_faste
 
 def test_studies_in_shared_workers_hand_their_worker_on_and_none_outlives_the_block(monkeypatch):
     def study(shape):
-        result = search(vector_add.SPEC, vector_add.parse_shape(shape), torch.float32, SearchOptions(trials=1, examples=2, final_examples=2, trial_timeout=TRIAL_TIMEOUT))
+        result = search(
+            vector_add.SPEC,
+            vector_add.parse_shape(shape),
+            torch.float32,
+            SearchOptions(trials=1, examples=2, final_examples=2, trial_timeout=TRIAL_TIMEOUT),
+        )
         assert result.best_config is not None and result.seconds["worker_start"] > 0
         return [p.pid for p in _evaluation_workers()]
 
@@ -91,8 +102,24 @@ def test_studies_in_shared_workers_hand_their_worker_on_and_none_outlives_the_bl
 
 def test_cli_search_with_a_trial_timeout_and_compile_ahead_survives_a_hang_and_a_crash(user_db):
     # Under the interpreter compile-ahead workers run the configs too: the hang and the crash hit them first.
-    args = ["search", "fault_kernels:HANG_CRASH_ADD", "--dtype", "fp32", "--shape", "1000", "--sampler", "grid",
-            "--examples", "3", "--trial-timeout", f"{TRIAL_TIMEOUT:g}", "--compile-workers", "2", "--format", "json"]
+    args = [
+        "search",
+        "fault_kernels:HANG_CRASH_ADD",
+        "--dtype",
+        "fp32",
+        "--shape",
+        "1000",
+        "--sampler",
+        "grid",
+        "--examples",
+        "3",
+        "--trial-timeout",
+        f"{TRIAL_TIMEOUT:g}",
+        "--compile-workers",
+        "2",
+        "--format",
+        "json",
+    ]
     result = CliRunner().invoke(main, args)
     assert result.exit_code == 0, result.output
     row = json.loads(result.stdout)[0]
@@ -100,7 +127,9 @@ def test_cli_search_with_a_trial_timeout_and_compile_ahead_survives_a_hang_and_a
     assert row["trials"] == "crashed:1 ok:2 timeout:1"
     # each fault is printed as it happens, with its config and why: the table only counts them
     assert re.search(r'trial \d+ \{"mode": "hang"\}: timeout: no result within', result.stderr), result.stderr
-    assert re.search(r'trial \d+ \{"mode": "segv"\}: crashed: the worker was killed by signal SIGSEGV', result.stderr), result.stderr
+    assert re.search(
+        r'trial \d+ \{"mode": "segv"\}: crashed: the worker was killed by signal SIGSEGV', result.stderr
+    ), result.stderr
     assert int(re.search(r"(\d+) compiled ahead", result.stderr).group(1)) >= 1
     assert _evaluation_workers() == []
 

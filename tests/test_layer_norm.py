@@ -12,17 +12,16 @@ import pytest
 import torch
 import torch.nn.functional as F
 from hypothesis import given, settings
+from stored_rows import store_best
 
 from autotune import runtime
-from autotune.kernels import rms_norm
+from autotune.gate.compare import compare_outputs
+from autotune.gate.verify import check_problem, verify
+from autotune.kernels import layer_norm, rms_norm
 from autotune.kernels.norm import problems as _norm_problems
-from autotune.kernels import layer_norm
 from autotune.kernels.norm.layer_norm import LAYER_NORM, RMS_NORM
 from autotune.search_spaces.layer_norm import FORWARD_SPACE as SPACE
 from autotune.search_spaces.layer_norm import bucket
-from autotune.gate.verify import check_problem, verify
-from autotune.gate.compare import compare_outputs
-from stored_rows import store_best
 
 pytestmark = [
     # Public calls read a fresh, empty user database, so they run the default config.
@@ -74,7 +73,9 @@ EDGE = {
 @pytest.mark.parametrize("kernel", SPECS)
 def test_configs_pass_the_gate(kernel, name, dtype):
     rms = kernel == "rms_norm"
-    edges = [{**p, "bias": p["bias"] and not rms, "eps": None if rms and p["eps"] == 1e-5 else p["eps"]} for p in EDGE[name]]
+    edges = [
+        {**p, "bias": p["bias"] and not rms, "eps": None if rms and p["eps"] == 1e-5 else p["eps"]} for p in EDGE[name]
+    ]
     assert [SPACE.rejects(CONFIGS[name], p) for p in edges] == [None] * len(edges)
     result = verify(SPECS[kernel], CONFIGS[name], dtype, examples=6, max_numel=96, seed=1, extra_problems=edges)
     assert result.passed, result.failure and result.failure.describe()
@@ -95,16 +96,18 @@ def test_the_gate_catches_an_unwritten_sum_and_a_wrong_row():
 
     for launch, why in [(forgets_h_tail, "unwritten"), (skips_last_row, "unwritten")]:
         spec = dataclasses.replace(LAYER_NORM, launch=launch)
-        result = verify(spec, dict(SPACE.default), torch.float32, examples=0,
-                        extra_problems=[problem([3, 40], residual=True)])
+        result = verify(
+            spec, dict(SPACE.default), torch.float32, examples=0, extra_problems=[problem([3, 40], residual=True)]
+        )
         assert not result.passed and why in result.failure.reason
 
 
 def _cancelling_inputs(residual: bool):
     """float32 rows with a bias, no weight, and the element of row 1 whose normalized value z is largest:
     (inputs, its column, its z), the bias there cancelling z to about 1e-6."""
-    inputs = _norm_problems.forward_inputs(problem([2, 40], weight=False, residual=residual), torch.float32,
-                                           torch.device("cpu"), 3)
+    inputs = _norm_problems.forward_inputs(
+        problem([2, 40], weight=False, residual=residual), torch.float32, torch.device("cpu"), 3
+    )
     z = LAYER_NORM.reference({**inputs, "bias": None})
     z = z[0] if residual else z
     col = int(z[1].abs().argmax())
@@ -150,8 +153,10 @@ def test_the_rounding_of_the_normalized_value_passes_where_a_wrong_value_still_f
 @pytest.mark.gpu
 def test_the_bias_cancelling_row_that_failed_every_config_on_the_h100_passes():
     failed = problem([3, 4097], weight=False, residual=True)  # seed 4 of benchmarks/layer_norm_gate_probe.py's
-    for tried in (config(variant="looped", BLOCK_N=1024, num_warps=4, num_stages=2),
-                  config(variant="single", BLOCK_N=8192, num_warps=32, num_stages=1)):
+    for tried in (
+        config(variant="looped", BLOCK_N=1024, num_warps=4, num_stages=2),
+        config(variant="single", BLOCK_N=8192, num_warps=32, num_stages=1),
+    ):
         assert check_problem(LAYER_NORM, tried, failed, torch.float32, seed=4) is None
 
 
@@ -176,7 +181,9 @@ def test_rms_norm_eps_none_means_what_torch_does(dtype):
     x = torch.full((2, 8), 1e-3).to(dtype)
     x[1] = 1e-2
     torch.testing.assert_close(rms_norm(x, 8), F.rms_norm(x, [8]))
-    assert not torch.allclose(rms_norm(x, 8).float(), rms_norm(x, 8, eps=torch.finfo(torch.float16).eps).float(), rtol=0.1)
+    assert not torch.allclose(
+        rms_norm(x, 8).float(), rms_norm(x, 8, eps=torch.finfo(torch.float16).eps).float(), rtol=0.1
+    )
 
 
 def test_several_trailing_dims_parameters_and_strided_inputs():
@@ -214,8 +221,18 @@ def test_rows_around_a_large_offset_keep_their_variance():
     assert (layer_norm(x, 2000).double() - expect).abs().max() < 2e-5
     for looped in (config(BLOCK_N=256, num_stages=1), config(BLOCK_N=64, num_warps=1)):
         out = (torch.full_like(x, float("nan")), torch.full_like(x, float("nan")))
-        LAYER_NORM.launch({"x": x, "residual": torch.zeros_like(x), "weight": None, "bias": None,
-                           "normalized_shape": (2000,), "eps": 1e-5}, looped, out)
+        LAYER_NORM.launch(
+            {
+                "x": x,
+                "residual": torch.zeros_like(x),
+                "weight": None,
+                "bias": None,
+                "normalized_shape": (2000,),
+                "eps": 1e-5,
+            },
+            looped,
+            out,
+        )
         assert (out[0].double() - expect).abs().max() < 2e-5
 
 
@@ -254,8 +271,12 @@ def test_public_calls_launch_the_stored_config_of_their_bucket(user_db):
         layer_norm(torch.randn(5, 300), 300)  # n=512: a single block of 128 cannot run, so the default
         rms_norm(x, 100, residual=r)  # another kernel's table
     torch.testing.assert_close(y, F.layer_norm(x + r, (100,)))
-    assert launches == [("layer_norm", stored), ("layer_norm", stored), ("layer_norm", dict(SPACE.default)),
-                        ("rms_norm", dict(SPACE.default))]
+    assert launches == [
+        ("layer_norm", stored),
+        ("layer_norm", stored),
+        ("layer_norm", dict(SPACE.default)),
+        ("rms_norm", dict(SPACE.default)),
+    ]
 
 
 def test_a_call_planned_once_launches_a_new_row_after_the_database_changes(user_db):
@@ -296,8 +317,16 @@ def test_a_bad_call_after_good_ones_of_the_same_shape_still_fails_before_any_lau
         (lambda x: layer_norm(x, 8.0), TypeError, "normalized_shape must be an int or a sequence"),
         (lambda x: layer_norm(x, [True]), TypeError, "normalized_shape must be an int or a sequence"),
         (lambda x: layer_norm(x, 8, torch.ones(7)), ValueError, r"weight must have shape normalized_shape \(8,\)"),
-        (lambda x: layer_norm(x, 8, None, torch.ones(8, dtype=torch.int64)), TypeError, "bias must have a floating dtype"),
-        (lambda x: layer_norm(x.half(), 8, torch.ones(8, dtype=torch.bfloat16)), TypeError, "weight must have a floating dtype in"),
+        (
+            lambda x: layer_norm(x, 8, None, torch.ones(8, dtype=torch.int64)),
+            TypeError,
+            "bias must have a floating dtype",
+        ),
+        (
+            lambda x: layer_norm(x.half(), 8, torch.ones(8, dtype=torch.bfloat16)),
+            TypeError,
+            "weight must have a floating dtype in",
+        ),
         (lambda x: layer_norm(x, 8, torch.ones(8, device="meta")), ValueError, "weight must be on"),
         (lambda x: layer_norm(x, 8, residual=torch.ones(4, 9)), ValueError, "one shape"),
         (lambda x: layer_norm(x, 8, residual=torch.ones(4, 8).half()), TypeError, "one dtype"),
@@ -359,7 +388,7 @@ def test_constraints_depend_only_on_the_bucket_and_suggestions_are_valid():
 
 
 EDGE_CASES = {
-    "n=1": lambda p: math.prod(p["shape"][-p["norm_dims"]:]) == 1,
+    "n=1": lambda p: math.prod(p["shape"][-p["norm_dims"] :]) == 1,
     "prime": lambda p: p["shape"][-1] in (127, 509, 1021, 4093) and p["norm_dims"] == 1,
     "model widths": lambda p: p["shape"][-1] in (4095, 5120, 11008),
     "two dims": lambda p: p["norm_dims"] == 2,
@@ -397,10 +426,14 @@ def test_rms_problems_draw_eps_none_and_never_a_bias():
 
 def test_make_inputs_builds_the_rows_and_layouts_it_names():
     cpu = torch.device("cpu")
-    inputs = LAYER_NORM.make_inputs(problem([6, 40], values="constant", residual=True, layout="padded"), torch.float16, cpu, 0)
+    inputs = LAYER_NORM.make_inputs(
+        problem([6, 40], values="constant", residual=True, layout="padded"), torch.float16, cpu, 0
+    )
     h = inputs["x"] + inputs["residual"]
     assert bool((h.float().var(-1) == 0).all()) and inputs["x"].stride() == (43, 1)
-    inputs = LAYER_NORM.make_inputs(problem([6, 40], values="offset", layout="strided", fp32_params=True), torch.float32, cpu, 0)
+    inputs = LAYER_NORM.make_inputs(
+        problem([6, 40], values="offset", layout="strided", fp32_params=True), torch.float32, cpu, 0
+    )
     assert abs(inputs["x"].mean().item() - 1e4) < 1 and inputs["x"].stride() == (80, 2)
     assert inputs["weight"].dtype == torch.float32 and inputs["eps"] == 1e-5
     inputs = RMS_NORM.make_inputs(problem([2, 8], rms=True), torch.bfloat16, cpu, 0)
@@ -415,7 +448,10 @@ def test_shapes_buckets_presets_and_cost():
         LAYER_NORM.parse_shape("8x8+gelu")
     assert bucket(problem([3, 5, 7, 11], norm_dims=2)) == "m=16,n=128,res=0"
     assert [LAYER_NORM.bucket(p) for p in LAYER_NORM.presets] == [
-        "m=8192,n=4096,res=1", "m=16384,n=8192,res=1", "m=8192,n=4096,res=0"]
+        "m=8192,n=4096,res=1",
+        "m=16384,n=8192,res=1",
+        "m=8192,n=4096,res=0",
+    ]
     assert [LAYER_NORM.bucket(p) for p in LAYER_NORM.presets_here()] == ["m=8,n=512,res=1"]
     cost = LAYER_NORM.cost(problem([8192, 4096], residual=True), torch.bfloat16)
     assert cost.bytes == 4 * 8192 * 4096 * 2 + 2 * 4096 * 2 + 2 * 8192 * 4

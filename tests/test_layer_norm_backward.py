@@ -10,17 +10,16 @@ import dataclasses
 import pytest
 import torch
 import torch.nn.functional as F
+from stored_rows import store_best
 
 from autotune import runtime
-from autotune.kernels import rms_norm
+from autotune.gate.compare import compare_outputs, outputs_like
+from autotune.gate.verify import verify
+from autotune.kernels import layer_norm, rms_norm
 from autotune.kernels.norm import problems as _norm_problems
-from autotune.kernels import layer_norm
 from autotune.kernels.norm.layer_norm_backward import LAYER_NORM_BACKWARD, RMS_NORM_BACKWARD
 from autotune.search_spaces.layer_norm import BACKWARD_SPACE as SPACE
 from autotune.search_spaces.layer_norm import FORWARD_SPACE
-from autotune.gate.verify import verify
-from autotune.gate.compare import compare_outputs, outputs_like
-from stored_rows import store_best
 
 pytestmark = [
     pytest.mark.usefixtures("user_db"),
@@ -43,20 +42,33 @@ def config(**overrides):
 PARTIALS_64 = config(BLOCK_N=64, READS=2, PROGRAMS_PER_SM=4, num_warps=2, num_stages=1)
 PARTIALS_64_ONE_READ = config(BLOCK_N=64, READS=1, PROGRAMS_PER_SM=2, num_warps=2, num_stages=2)
 ATOMIC_64 = config(variant="atomic", BLOCK_N=64, READS=1, PROGRAMS_PER_SM=1, num_warps=1, num_stages=3)
-CONFIGS = {"default": dict(SPACE.default), "partials_64": PARTIALS_64, "partials_64_one_read": PARTIALS_64_ONE_READ,
-           "atomic_64": ATOMIC_64}
+CONFIGS = {
+    "default": dict(SPACE.default),
+    "partials_64": PARTIALS_64,
+    "partials_64_one_read": PARTIALS_64_ONE_READ,
+    "atomic_64": ATOMIC_64,
+}
 # Rows of 33..64 for the one-block configs; the default takes any row: one masked block up to 1024,
 # chunks past it. Constant rows, rows around 1e4, many rows per program, strided layouts, the gradient
 # of the residual sum, no or fp32 parameters.
 EDGE = {
-    "default": [problem([3, 1]), problem([2, 1500], residual=True, values="offset", layout="padded"),
-                problem([4, 7, 5], norm_dims=2, values="constant", weight=False, layout="strided")],
-    "partials_64": [problem([37, 50], residual=True, values="constant", fp32_params=True),
-                    problem([9, 2, 20], norm_dims=2, values="offset", bias=False, layout="strided", eps=0.1)],
-    "partials_64_one_read": [problem([40, 64], residual=True, values="offset", layout="padded"),
-                             problem([7, 3, 11], norm_dims=2, values="constant", fp32_params=True)],
-    "atomic_64": [problem([21, 64], residual=True, layout="padded", magnitude=1e4),
-                  problem([5, 33], weight=False, fp32_params=True)],
+    "default": [
+        problem([3, 1]),
+        problem([2, 1500], residual=True, values="offset", layout="padded"),
+        problem([4, 7, 5], norm_dims=2, values="constant", weight=False, layout="strided"),
+    ],
+    "partials_64": [
+        problem([37, 50], residual=True, values="constant", fp32_params=True),
+        problem([9, 2, 20], norm_dims=2, values="offset", bias=False, layout="strided", eps=0.1),
+    ],
+    "partials_64_one_read": [
+        problem([40, 64], residual=True, values="offset", layout="padded"),
+        problem([7, 3, 11], norm_dims=2, values="constant", fp32_params=True),
+    ],
+    "atomic_64": [
+        problem([21, 64], residual=True, layout="padded", magnitude=1e4),
+        problem([5, 33], weight=False, fp32_params=True),
+    ],
 }
 
 
@@ -65,7 +77,9 @@ EDGE = {
 @pytest.mark.parametrize("kernel", SPECS)
 def test_configs_pass_the_gate(kernel, name, dtype):
     rms = kernel.startswith("rms")
-    edges = [{**p, "bias": p["bias"] and not rms, "eps": None if rms and p["eps"] == 1e-5 else p["eps"]} for p in EDGE[name]]
+    edges = [
+        {**p, "bias": p["bias"] and not rms, "eps": None if rms and p["eps"] == 1e-5 else p["eps"]} for p in EDGE[name]
+    ]
     assert [SPACE.rejects(CONFIGS[name], p) for p in edges] == [None] * len(edges)
     result = verify(SPECS[kernel], CONFIGS[name], dtype, examples=6, max_numel=96, seed=1, extra_problems=edges)
     assert result.passed and result.examples >= len(edges), result.failure and result.failure.describe()
@@ -112,8 +126,9 @@ def _grads(fn, tensors, cotangents):
     leaves = [t.detach().clone().requires_grad_() for t in tensors]
     outs = fn(*leaves)
     outs = outs if isinstance(outs, tuple) else (outs,)
-    torch.autograd.backward([o for o, g in zip(outs, cotangents) if g is not None],
-                            [g for g in cotangents if g is not None])
+    torch.autograd.backward(
+        [o for o, g in zip(outs, cotangents) if g is not None], [g for g in cotangents if g is not None]
+    )
     return [t.grad for t in leaves]
 
 
@@ -179,8 +194,14 @@ def test_outputs_of_a_differentiable_call_can_be_changed_in_place():
         y.mul_(3)  # neither output is a view made inside an autograd.Function, so this is allowed
         return y.sum() + (h * h).sum()
 
-    ours = _grads(lambda x, r, w: block(lambda x, r, w: rms_norm(x, 24, w, residual=r), x, r, w), (x, r, w), (torch.tensor(1.0),))
-    theirs = _grads(lambda x, r, w: block(lambda x, r, w: (F.rms_norm(x + r, [24], w), x + r), x, r, w), (x, r, w), (torch.tensor(1.0),))
+    ours = _grads(
+        lambda x, r, w: block(lambda x, r, w: rms_norm(x, 24, w, residual=r), x, r, w), (x, r, w), (torch.tensor(1.0),)
+    )
+    theirs = _grads(
+        lambda x, r, w: block(lambda x, r, w: (F.rms_norm(x + r, [24], w), x + r), x, r, w),
+        (x, r, w),
+        (torch.tensor(1.0),),
+    )
     for a, e in zip(ours, theirs):
         torch.testing.assert_close(a, e)
 
@@ -197,12 +218,18 @@ def test_no_graph_without_grad_and_no_grad_for_inputs_that_do_not_need_it():
 def test_backward_launches_the_stored_config_of_its_bucket(user_db):
     stored = config(variant="atomic", BLOCK_N=64, PROGRAMS_PER_SM=2, num_warps=2, num_stages=1)
     store_best(user_db, LAYER_NORM_BACKWARD, "m=8,n=64,res=1", stored)
-    x, r, w = torch.randn(5, 50, requires_grad=True), torch.randn(5, 50, requires_grad=True), torch.randn(50, requires_grad=True)
+    x, r, w = (
+        torch.randn(5, 50, requires_grad=True),
+        torch.randn(5, 50, requires_grad=True),
+        torch.randn(50, requires_grad=True),
+    )
     with runtime.record_launches() as launches:
         y, h = layer_norm(x, 50, w, residual=r)
         (y.sum() + h.pow(2).sum()).backward()
     assert launches == [("layer_norm", dict(FORWARD_SPACE.default)), ("layer_norm_backward", stored)]
-    expect = _grads(lambda x, r, w: (F.layer_norm(x + r, (50,), w), x + r), (x, r, w), (torch.ones(5, 50), 2 * (x + r).detach()))
+    expect = _grads(
+        lambda x, r, w: (F.layer_norm(x + r, (50,), w), x + r), (x, r, w), (torch.ones(5, 50), 2 * (x + r).detach())
+    )
     for got, e in zip((x.grad, r.grad, w.grad), expect):
         torch.testing.assert_close(got, e)
 
@@ -222,7 +249,10 @@ def test_constraints_reject_backward_configs_that_should_not_run(overrides, n, r
 
 def test_backward_space_keeps_one_block_rows_and_chunks_only_wide_ones():
     assert SPACE.rejects(config(BLOCK_N=4096, num_warps=8), problem([8192, 4096])) is None
-    assert SPACE.rejects(config(BLOCK_N=8192, num_warps=16, variant="atomic"), problem([16384, 8192], residual=True)) is None
+    assert (
+        SPACE.rejects(config(BLOCK_N=8192, num_warps=16, variant="atomic"), problem([16384, 8192], residual=True))
+        is None
+    )
     assert SPACE.rejects(config(BLOCK_N=8192, num_warps=16), problem([4, 100000])) is None  # chunks of a wide row
     for n in (1, 300, 4096, 65537, 300000):
         assert SPACE.rejects(dict(SPACE.default), problem([3, n])) is None

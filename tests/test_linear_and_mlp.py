@@ -1,30 +1,28 @@
 """linear and mlp: the fused epilogue (bias and each activation, bias without activation and activation
 without bias) and both mlp variants match float64 within the gate's budget; the public functions are
 torch.nn.functional.linear (+ activation) and Linear -> activation -> Linear, differentiable through the
-tuned kernels (an eager linear without its custom op's dispatch in the forward, the op's own gradients); a model calling matmul, linear and mlp compiles with torch.compile(fullgraph=True) and
+tuned kernels (an eager linear without its custom op's dispatch in the forward, the op's own gradients);
+a model calling matmul, linear and mlp compiles with torch.compile(fullgraph=True) and
 trains like eager torch; the stored configs are the ones launched; bad arguments fail before any launch."""
 
 from __future__ import annotations
 
-
 import pytest
 import torch
 import torch.nn.functional as F
+from dispatched_ops import DispatchedOps, autotune_ops
+from stored_rows import store_best
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 from autotune import runtime
+from autotune.gate.verify import check_problem, verify
+from autotune.kernels import linear, matmul, mlp
 from autotune.kernels.gemm import gemm as _gemm
 from autotune.kernels.gemm import problems as problems_
-from autotune.kernels import linear
-from autotune.kernels import matmul
-from autotune.kernels import mlp
 from autotune.kernels.gemm.matmul import LINEAR, _matmul_op, apply_activation, linear_op
 from autotune.kernels.gemm.mlp import MLP, _mlp_op
 from autotune.search_spaces import mlp as mlp_space
 from autotune.search_spaces.matmul import SPACE
-from autotune.gate.verify import check_problem, verify
-from dispatched_ops import DispatchedOps, autotune_ops
-from stored_rows import store_best
 
 pytestmark = [pytest.mark.usefixtures("user_db"), pytest.mark.filterwarnings("ignore::RuntimeWarning")]
 
@@ -69,8 +67,9 @@ def test_linear_epilogue_matches_float64(name, dtype):
 
 MLP_CONFIGS = {
     "two_pass": dict(mlp_space.DEFAULT),
-    "fused": mlp_space.SPACE.with_overrides(variant="fused", BLOCK_M=32, BLOCK_N=16, BLOCK_H=32, BLOCK_K=32,
-                                            num_warps=2, num_stages=2),
+    "fused": mlp_space.SPACE.with_overrides(
+        variant="fused", BLOCK_M=32, BLOCK_N=16, BLOCK_H=32, BLOCK_K=32, num_warps=2, num_stages=2
+    ),
     "fused_wide": mlp_space.SPACE.with_overrides(variant="fused", BLOCK_M=64, BLOCK_N=32, BLOCK_H=16, BLOCK_K=16),
 }
 MLP_CASES = [
@@ -99,13 +98,23 @@ def test_linear_is_functional_linear_then_the_activation(activation):
     x, w, b = torch.randn(2, 5, 24), torch.randn(16, 24), torch.randn(16)
     expect = apply_activation(F.linear(x, w, b), activation or "none")
     torch.testing.assert_close(linear(x, w, b, activation), expect, atol=1e-5, rtol=1e-5)
-    torch.testing.assert_close(linear(x[0, 0], w, None, activation), apply_activation(F.linear(x[0, 0], w), activation or "none"),
-                               atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(
+        linear(x[0, 0], w, None, activation),
+        apply_activation(F.linear(x[0, 0], w), activation or "none"),
+        atol=1e-5,
+        rtol=1e-5,
+    )
 
 
 def test_mlp_is_linear_activation_linear():
     torch.manual_seed(0)
-    x, w1, b1, w2, b2 = torch.randn(3, 4, 20), torch.randn(36, 20), torch.randn(36), torch.randn(12, 36), torch.randn(12)
+    x, w1, b1, w2, b2 = (
+        torch.randn(3, 4, 20),
+        torch.randn(36, 20),
+        torch.randn(36),
+        torch.randn(12, 36),
+        torch.randn(12),
+    )
     expect = F.linear(F.gelu(F.linear(x, w1, b1), approximate="tanh"), w2, b2)
     torch.testing.assert_close(mlp(x, w1, b1, w2, b2), expect, atol=1e-4, rtol=1e-4)
     torch.testing.assert_close(mlp(x, w1, None, w2, None, None), F.linear(F.linear(x, w1), w2), atol=1e-4, rtol=1e-4)
@@ -281,7 +290,10 @@ def test_repeated_calls_plan_their_launch_once_per_shape_and_layout_and_check_ea
     assert launches == [("linear", tma)] * 5
     # one plan per layout; the TMA unit cannot read the unaligned x, which takes pointers (its descriptor, if
     # built, would refuse the address)
-    assert planned == [((1, 32, 32), (0, 32, 1), (1, 32, 64), (0, 1, 32)), ((1, 32, 32), (0, 1, 32), (1, 32, 64), (0, 1, 32))]
+    assert planned == [
+        ((1, 32, 32), (0, 32, 1), (1, 32, 64), (0, 1, 32)),
+        ((1, 32, 32), (0, 1, 32), (1, 32, 64), (0, 1, 32)),
+    ]
 
 
 @pytest.mark.parametrize(
@@ -289,14 +301,22 @@ def test_repeated_calls_plan_their_launch_once_per_shape_and_layout_and_check_ea
     [
         (lambda x, w: linear(x, w, activation="tanh"), ValueError, "activation must be None or one of"),
         (lambda x, w: linear(x, w, activation=1), TypeError, "activation must be None or a string"),
-        (lambda x, w: linear(x, w[:, :3]), ValueError, r"weight must be a 2-D tensor \(N, K\) with K = x's last dim \(4\)"),
+        (
+            lambda x, w: linear(x, w[:, :3]),
+            ValueError,
+            r"weight must be a 2-D tensor \(N, K\) with K = x's last dim \(4\)",
+        ),
         (lambda x, w: linear(x, w[0]), ValueError, "weight must be a 2-D tensor"),
         (lambda x, w: linear(x, w, torch.ones(5)), ValueError, r"bias must have shape \(6,\)"),
         (lambda x, w: linear(x, w.half()), TypeError, "one dtype"),
         (lambda x, w: linear(x.int(), w), TypeError, "x must have a floating dtype"),
         (lambda x, w: linear(x[0, 0, 0], w), ValueError, "at least one dim"),
         (lambda x, w: mlp(x, w, None, torch.ones(3, 5), None), ValueError, r"w2 must have shape \(3, 6\)"),
-        (lambda x, w: mlp(x, w, torch.ones(6), torch.ones(3, 6), torch.ones(6)), ValueError, r"b2 must have shape \(3,\)"),
+        (
+            lambda x, w: mlp(x, w, torch.ones(6), torch.ones(3, 6), torch.ones(6)),
+            ValueError,
+            r"b2 must have shape \(3,\)",
+        ),
         (lambda x, w: mlp(x, w, None, torch.ones(3, 6), None, "swish"), ValueError, "activation must be"),
     ],
 )
@@ -307,18 +327,38 @@ def test_bad_arguments_fail_before_any_launch(call, error, message):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32], ids=lambda d: str(d).removeprefix("torch."))
+@pytest.mark.parametrize(
+    "dtype", [torch.bfloat16, torch.float16, torch.float32], ids=lambda d: str(d).removeprefix("torch.")
+)
 def test_linear_and_mlp_pass_the_gate_on_the_gpu(dtype):
     big = 64 if dtype == torch.float32 else 128
-    for tried in (dict(SPACE.default), SPACE.with_overrides(variant="tma", BLOCK_M=big, BLOCK_N=big, BLOCK_K=64, num_warps=8)):
-        assert_all_pass(LINEAR, tried, [linear_problem("8192x4096x4096,bias,gelu_tanh"),
-                                        linear_problem("4097x1024x2049,silu", values="large"),
-                                        linear_problem("1000x4096x1000,bias,gelu", lead=[10, 100], w_layout="transposed")],
-                        dtype)
-    fused = mlp_space.SPACE.with_overrides(variant="fused", BLOCK_M=64, BLOCK_N=128, BLOCK_H=64, BLOCK_K=64, num_warps=4)
+    for tried in (
+        dict(SPACE.default),
+        SPACE.with_overrides(variant="tma", BLOCK_M=big, BLOCK_N=big, BLOCK_K=64, num_warps=8),
+    ):
+        assert_all_pass(
+            LINEAR,
+            tried,
+            [
+                linear_problem("8192x4096x4096,bias,gelu_tanh"),
+                linear_problem("4097x1024x2049,silu", values="large"),
+                linear_problem("1000x4096x1000,bias,gelu", lead=[10, 100], w_layout="transposed"),
+            ],
+            dtype,
+        )
+    fused = mlp_space.SPACE.with_overrides(
+        variant="fused", BLOCK_M=64, BLOCK_N=128, BLOCK_H=64, BLOCK_K=64, num_warps=4
+    )
     for tried in (dict(mlp_space.DEFAULT), fused):
-        assert_all_pass(MLP, tried, [problems_.parse_mlp("4096x1024x4096x256"),
-                                     {**problems_.parse_mlp("1000x1000x3000x100,silu"), "values": "large"}], dtype)
+        assert_all_pass(
+            MLP,
+            tried,
+            [
+                problems_.parse_mlp("4096x1024x4096x256"),
+                {**problems_.parse_mlp("1000x1000x3000x100,silu"), "values": "large"},
+            ],
+            dtype,
+        )
 
 
 @pytest.mark.gpu
@@ -326,8 +366,15 @@ def test_mlp_in_float32_stays_in_budget_along_a_long_k_or_hidden_layer_on_the_gp
     # db verify failed the two-pass mlp at M=7, K=18503, N=1 (H100, 2026-11-24: error 1.24e-5 against 9.4e-6);
     # with one chain of K products the K = 65537 case failed too (1.9e-5 against 1.27e-5).
     fused = mlp_space.SPACE.with_overrides(variant="fused", BLOCK_M=64, BLOCK_N=64, BLOCK_H=64, BLOCK_K=32, num_warps=4)
-    long = [{**problems_.parse_mlp(shape), "values": "large"}
-            for shape in ("7x18503x13x1,nobias,none", "5x65537x9x3,nobias,none", "7x33x18503x1,nobias,none", "5x9x65537x3,nobias,none")]
+    long = [
+        {**problems_.parse_mlp(shape), "values": "large"}
+        for shape in (
+            "7x18503x13x1,nobias,none",
+            "5x65537x9x3,nobias,none",
+            "7x33x18503x1,nobias,none",
+            "5x9x65537x3,nobias,none",
+        )
+    ]
     for tried in (dict(mlp_space.DEFAULT), fused):
         assert_all_pass(MLP, tried, long, torch.float32)
 
@@ -336,7 +383,10 @@ def test_mlp_in_float32_stays_in_budget_along_a_long_k_or_hidden_layer_on_the_gp
 @pytest.mark.usefixtures("no_autograd_cache")
 def test_torch_compile_on_the_gpu_in_bf16():
     block = _Block().cuda().to(torch.bfloat16)
-    x, q = torch.randn(4, 64, 16, device="cuda", dtype=torch.bfloat16), torch.randn(4, 16, 8, device="cuda", dtype=torch.bfloat16)
+    x, q = (
+        torch.randn(4, 64, 16, device="cuda", dtype=torch.bfloat16),
+        torch.randn(4, 16, 8, device="cuda", dtype=torch.bfloat16),
+    )
     loss = torch.compile(block, fullgraph=True)(x, q)
     loss.backward()
     torch.testing.assert_close(loss.float(), block(x, q, ours=False).float(), rtol=3e-2, atol=1e-2)

@@ -9,8 +9,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from autotune.kernels import linear
-from autotune.kernels import mlp
+from autotune.kernels import linear, mlp
 from autotune.search_spaces import mlp as mlp_space
 
 pytestmark = [pytest.mark.usefixtures("user_db"), pytest.mark.filterwarnings("ignore::RuntimeWarning")]
@@ -48,8 +47,11 @@ def test_mlp_with_empty_k_is_torchs():
 
 @pytest.mark.parametrize("variant", ("two_pass", "fused"))
 def test_both_mlp_variants_launch_with_empty_k(variant):
-    config = mlp_space.SPACE.with_overrides(variant="fused", BLOCK_M=32, BLOCK_N=16, BLOCK_H=32, BLOCK_K=32) \
-        if variant == "fused" else dict(mlp_space.DEFAULT)
+    config = (
+        mlp_space.SPACE.with_overrides(variant="fused", BLOCK_M=32, BLOCK_N=16, BLOCK_H=32, BLOCK_K=32)
+        if variant == "fused"
+        else dict(mlp_space.DEFAULT)
+    )
     x, w1, b1, w2, b2 = torch.randn(5, 0), torch.randn(6, 0), torch.randn(6), torch.randn(3, 6), torch.randn(3)
     y = _mlp_module._run(x, w1, b1, w2, b2, "gelu_tanh", config)
     torch.testing.assert_close(y, F.linear(F.gelu(F.linear(x, w1, b1), approximate="tanh"), w2, b2))

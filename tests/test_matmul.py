@@ -6,18 +6,17 @@ arguments fail before any launch."""
 
 from __future__ import annotations
 
-
 import pytest
 import torch
+from stored_rows import store_best
 
 from autotune import gpu, runtime
-from autotune.kernels.gemm import gemm as _gemm
-from autotune.kernels import matmul
-from autotune.kernels.gemm.problems import parse_matmul
-from autotune.kernels.gemm.matmul import MATMUL, apply_activation, linear
-from autotune.search_spaces.matmul import SPACE
 from autotune.gate.verify import check_problem, verify
-from stored_rows import store_best
+from autotune.kernels import matmul
+from autotune.kernels.gemm import gemm as _gemm
+from autotune.kernels.gemm.matmul import MATMUL, apply_activation, linear
+from autotune.kernels.gemm.problems import parse_matmul
+from autotune.search_spaces.matmul import SPACE
 
 pytestmark = [
     pytest.mark.usefixtures("user_db"),
@@ -107,7 +106,13 @@ def test_matches_torch_for_2d_batched_broadcast_and_strided_operands(dtype):
     torch.testing.assert_close(matmul(a, b), a @ b, **tol)
     torch.testing.assert_close(matmul(a.t().contiguous().t(), b[:, :9]), a @ b[:, :9], **tol)
     a3, b3 = torch.randn(3, 33, 20).to(dtype), torch.randn(3, 20, 17).to(dtype)
-    for x, y in [(a3, b3), (a3, b), (a, b3), (a3[:1], b3), (a3.transpose(1, 2).contiguous().transpose(1, 2), b3[:, :, ::2])]:
+    for x, y in [
+        (a3, b3),
+        (a3, b),
+        (a, b3),
+        (a3[:1], b3),
+        (a3.transpose(1, 2).contiguous().transpose(1, 2), b3[:, :, ::2]),
+    ]:
         out = matmul(x, y)
         assert out.shape == torch.matmul(x, y).shape and out.is_contiguous()
         torch.testing.assert_close(out, torch.matmul(x, y), **tol)
@@ -147,8 +152,12 @@ def test_descriptors_read_aligned_operands_in_either_orientation_and_refuse_the_
     assert read(cols) == ([40, 48], [16, 32], True, False)
     assert read(torch.randn(3, 48, 40)) == ([3, 48, 40], [1, 32, 16], False, True)
     assert read(torch.randn(48, 40).expand(3, 48, 40)) == ([48, 40], [32, 16], False, False)  # broadcast: one matrix
-    for refused in (torch.randn(1, 48, 80)[:, :, ::2], torch.randn(1, 48, 41, dtype=torch.float16),
-                    torch.randn(1, 48, 41)[:, :, 1:], torch.randn(1, 0, 40)):
+    for refused in (
+        torch.randn(1, 48, 80)[:, :, ::2],
+        torch.randn(1, 48, 41, dtype=torch.float16),
+        torch.randn(1, 48, 41)[:, :, 1:],
+        torch.randn(1, 0, 40),
+    ):
         assert read(refused) is None
 
 
@@ -161,11 +170,17 @@ def test_float32_reads_a_b_stored_along_k_from_a_row_major_copy_from_512_rows_on
     w_t = torch.randn(1, 40, 24).transpose(1, 2)  # linear's w.T: (K, N), unit stride down the columns
     assert copy_of(torch.randn(1, many, 24), w_t) == ((1, 24, 40), w_t.stride())
     broadcast = torch.randn(40, 24).t().expand(3, 24, 40)
-    assert copy_of(torch.randn(3, many, 24), broadcast) == ((1, 24, 40), broadcast.stride())  # one copy, still broadcast
+    assert copy_of(torch.randn(3, many, 24), broadcast) == (
+        (1, 24, 40),
+        broadcast.stride(),
+    )  # one copy, still broadcast
     batched = torch.randn(3, 40, 24).transpose(1, 2)
     assert copy_of(torch.randn(3, many, 24), batched) == ((3, 24, 40), batched.stride())
-    for a, kept in [(torch.randn(1, many - 1, 24), w_t), (torch.randn(1, many, 24).half(), w_t.half()),
-                    (torch.randn(1, many, 24), torch.randn(1, 24, 40))]:
+    for a, kept in [
+        (torch.randn(1, many - 1, 24), w_t),
+        (torch.randn(1, many, 24).half(), w_t.half()),
+        (torch.randn(1, many, 24), torch.randn(1, 24, 40)),
+    ]:
         assert copy_of(a, kept) is None  # few rows, a half type, already row-major
     a = torch.randn(3, many, 24)
     torch.testing.assert_close(matmul(a, broadcast).double(), a.double() @ broadcast.double(), rtol=1e-5, atol=1e-5)
@@ -223,15 +238,21 @@ GPU_CONFIGS = {
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32], ids=lambda d: str(d).removeprefix("torch."))
+@pytest.mark.parametrize(
+    "dtype", [torch.bfloat16, torch.float16, torch.float32], ids=lambda d: str(d).removeprefix("torch.")
+)
 @pytest.mark.parametrize("name", GPU_CONFIGS)
 def test_every_variant_passes_the_gate_on_the_gpu(name, dtype):
     tried = GPU_CONFIGS[name]
     if dtype == torch.float32:  # IEEE float32 products run on the FMA units: smaller tiles
         tried = {**tried, "BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 32, "num_warps": 4}
-    edges = [problem("1024x1024x1024"), problem("8x1024x4097x1024", b_layout="transposed"),
-             problem("4097x7x4097", a_layout="transposed"), problem("4x129x65x33", broadcast="a", b_layout="sliced"),
-             problem("2048x4096x2048", b_layout="transposed", values="large")]
+    edges = [
+        problem("1024x1024x1024"),
+        problem("8x1024x4097x1024", b_layout="transposed"),
+        problem("4097x7x4097", a_layout="transposed"),
+        problem("4x129x65x33", broadcast="a", b_layout="sliced"),
+        problem("2048x4096x2048", b_layout="transposed", values="large"),
+    ]
     for case in edges:
         failure = check_problem(MATMUL, tried, case, dtype)
         assert failure is None, failure.describe()

@@ -13,11 +13,11 @@ import pytest
 import torch
 from hypothesis import given, settings
 
+from autotune.engine.plan import SearchOptions
+from autotune.engine.search import search
 from autotune.kernels.gemm import problems as problems_
 from autotune.kernels.gemm.matmul import LINEAR, MATMUL
 from autotune.kernels.gemm.mlp import MLP
-from autotune.engine.plan import SearchOptions
-from autotune.engine.search import search
 from autotune.search_spaces import matmul as space_
 from autotune.search_spaces import mlp as mlp_space
 from autotune.search_spaces.matmul import SPACE
@@ -46,7 +46,11 @@ def test_thousands_of_valid_configs_at_4096_cubed_in_bf16_fewer_in_fp32():
 @pytest.mark.parametrize(
     "overrides, problem, reason",
     [
-        (dict(BLOCK_M=256, BLOCK_N=256, BLOCK_K=128, num_warps=8, num_stages=4), gemm(4096, 4096, 4096), "shared memory"),
+        (
+            dict(BLOCK_M=256, BLOCK_N=256, BLOCK_K=128, num_warps=8, num_stages=4),
+            gemm(4096, 4096, 4096),
+            "shared memory",
+        ),
         (dict(BLOCK_M=256, BLOCK_N=256, num_warps=8), gemm(4096, 4096, 4096), "accumulator registers"),
         (dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, num_warps=4), gemm(4096, 4096, 4096, "fp32"), "operand slices"),
         (dict(BLOCK_K=16), gemm(4096, 4096, 4096), "BLOCK_K in 32..128 for bf16"),
@@ -68,9 +72,17 @@ def test_constraints_reject_configs_that_cannot_fit_or_help(overrides, problem, 
 
 def test_split_k_and_persistence_where_they_help():
     few_tiles = gemm(256, 256, 8192)
-    assert SPACE.rejects(config(BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, SPLIT_K=8, GROUP_M=1, num_warps=8), few_tiles) is None
-    assert SPACE.rejects(config(variant="tma_persistent", BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, num_warps=8,
-                                num_stages=4), gemm(8192, 4096, 14336)) is None
+    assert (
+        SPACE.rejects(config(BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, SPLIT_K=8, GROUP_M=1, num_warps=8), few_tiles)
+        is None
+    )
+    assert (
+        SPACE.rejects(
+            config(variant="tma_persistent", BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, num_warps=8, num_stages=4),
+            gemm(8192, 4096, 14336),
+        )
+        is None
+    )
 
 
 @pytest.mark.parametrize("dtype", ["fp32", "fp16", "bf16"])
@@ -105,8 +117,18 @@ def test_mlp_space_fuses_only_narrow_outputs():
     fused = [c for c in mlp_space.SPACE.grid_for(narrow) if c["variant"] == "fused"]
     assert len(fused) > 100
     assert "shared memory" in mlp_space.SPACE.rejects(
-        {**mlp_space.DEFAULT, "variant": "fused", "BLOCK_M": 64, "BLOCK_N": 256, "BLOCK_H": 128, "BLOCK_K": 128,
-         "num_warps": 8, "num_stages": 4}, narrow)
+        {
+            **mlp_space.DEFAULT,
+            "variant": "fused",
+            "BLOCK_M": 64,
+            "BLOCK_N": 256,
+            "BLOCK_H": 128,
+            "BLOCK_K": 128,
+            "num_warps": 8,
+            "num_stages": 4,
+        },
+        narrow,
+    )
     assert "tile parameters are the default's" in mlp_space.SPACE.rejects({**mlp_space.DEFAULT, "BLOCK_M": 16}, narrow)
     study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=1))
     for _ in range(40):
@@ -151,13 +173,18 @@ def test_problems_reach_the_edge_cases_and_stay_small():
 def test_inputs_have_the_layouts_and_scales_they_name():
     cpu = torch.device("cpu")
     p = problems_.parse_matmul("3x40x50x60")
-    inputs = MATMUL.make_inputs({**p, "broadcast": "b", "a_layout": "transposed", "b_layout": "sliced", "values": "large"},
-                                torch.float16, cpu, 0)
+    inputs = MATMUL.make_inputs(
+        {**p, "broadcast": "b", "a_layout": "transposed", "b_layout": "sliced", "values": "large"},
+        torch.float16,
+        cpu,
+        0,
+    )
     a, b = inputs["a"], inputs["b"]
     assert a.shape == (3, 40, 50) and a.stride(1) == 1 and b.shape == (50, 60) and b.stride() == (120, 2)
     assert 1e4 < a.abs().max() < 65504 and torch.isfinite(torch.matmul(a, b)).all()
-    inputs = LINEAR.make_inputs({**problems_.parse_linear("6x16x8,bias,silu"), "lead": [2, 3], "w_layout": "transposed"},
-                                torch.float32, cpu, 0)
+    inputs = LINEAR.make_inputs(
+        {**problems_.parse_linear("6x16x8,bias,silu"), "lead": [2, 3], "w_layout": "transposed"}, torch.float32, cpu, 0
+    )
     assert inputs["x"].shape == (2, 3, 16) and inputs["weight"].stride() == (1, 8) and inputs["activation"] == "silu"
     inputs = MLP.make_inputs(problems_.parse_mlp("4x8x32x5,nobias,relu"), torch.float32, cpu, 0)
     assert inputs["b1"] is None and inputs["w2"].shape == (5, 32) and inputs["activation"] == "relu"
@@ -172,8 +199,12 @@ def test_shapes_buckets_presets_and_cost():
         assert shape_label(spec.parse_shape(text)) == text  # how the CLI and the benchmarks name a problem
     assert MLP.bucket(MLP.parse_shape("8192x4096x16384x4096")) == "m=8192,k=4096,h=16384,n=4096"
     assert MLP.parse_shape("8x4x6x2")["bias"] and MLP.parse_shape("8x4x6x2,nobias,silu")["activation"] == "silu"
-    for bad, spec, match in [("4096x4096", MATMUL, "MxKxN"), ("8x8x8,bias", MATMUL, "unknown option"),
-                             ("8x8x8,relu,silu", LINEAR, "at most one activation"), ("8x8x8", MLP, "MxKxHxN")]:
+    for bad, spec, match in [
+        ("4096x4096", MATMUL, "MxKxN"),
+        ("8x8x8,bias", MATMUL, "unknown option"),
+        ("8x8x8,relu,silu", LINEAR, "at most one activation"),
+        ("8x8x8", MLP, "MxKxHxN"),
+    ]:
         with pytest.raises(ValueError, match=match):
             spec.parse_shape(bad)
     assert [MATMUL.bucket(p) for p in MATMUL.presets][:2] == ["m=4096,n=4096,k=4096,b=1", "m=8192,n=8192,k=8192,b=1"]
@@ -185,7 +216,11 @@ def test_shapes_buckets_presets_and_cost():
 
 def test_bucket_edges_stay_in_the_bucket():
     goal = LINEAR.parse_shape("8192x4096x16384,bias,gelu_tanh")
-    for spec, prob in [(MATMUL, MATMUL.parse_shape("3x100x4097x30")), (LINEAR, goal), (MLP, MLP.parse_shape("60x33x70x9"))]:
+    for spec, prob in [
+        (MATMUL, MATMUL.parse_shape("3x100x4097x30")),
+        (LINEAR, goal),
+        (MLP, MLP.parse_shape("60x33x70x9")),
+    ]:
         edges = spec.bucket_edges(prob)
         assert len(edges) >= 2 and all(spec.bucket(e) == spec.bucket(prob) for e in edges)
 

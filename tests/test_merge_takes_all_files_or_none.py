@@ -3,15 +3,15 @@ files' rows in one transaction: one bad row, or one file it cannot read, and the
 
 import json
 
+import database_files
 import pytest
 from click.testing import CliRunner
+from wrong_kernels import TAIL_BUG_ADD
 
-import database_files
 from autotune import db
-from autotune.ship import merge
 from autotune.cli import main
 from autotune.db import ConfigStore, MergeError
-from wrong_kernels import TAIL_BUG_ADD
+from autotune.ship import merge
 
 FAST = {"BLOCK_SIZE": 512, "num_warps": 4, "num_stages": 1}
 
@@ -26,13 +26,16 @@ def target(tmp_path):
     return database_files.valid(tmp_path / "target.sqlite")  # vector_add n=8192: STORED at 1.0 ms
 
 
-@pytest.mark.parametrize("config, why", [
-    ({**FAST, "BLOCK_SIZE": 2**40}, "BLOCK_SIZE=1099511627776 is not one of"),
-    ({**FAST, "num_warps": -4}, "num_warps=-4 is not one of"),
-    ({**FAST, "evil": "os.system"}, "unknown parameter(s) ['evil']"),
-    ({"BLOCK_SIZE": 512}, "missing parameter(s)"),
-    ({**FAST, "BLOCK_SIZE": 128, "num_warps": 16}, "cannot run on its own problem"),  # a constraint rejects it
-])
+@pytest.mark.parametrize(
+    "config, why",
+    [
+        ({**FAST, "BLOCK_SIZE": 2**40}, "BLOCK_SIZE=1099511627776 is not one of"),
+        ({**FAST, "num_warps": -4}, "num_warps=-4 is not one of"),
+        ({**FAST, "evil": "os.system"}, "unknown parameter(s) ['evil']"),
+        ({"BLOCK_SIZE": 512}, "missing parameter(s)"),
+        ({**FAST, "BLOCK_SIZE": 128, "num_warps": 16}, "cannot run on its own problem"),  # a constraint rejects it
+    ],
+)
 def test_a_row_outside_the_kernels_space_never_replaces_a_valid_one(config, why, target, tmp_path):
     bad = database_files.exported(tmp_path / "bad.sqlite")
     with database_files.sqlite(bad) as conn:
@@ -68,12 +71,17 @@ def test_every_file_is_taken_in_one_go(target, tmp_path):
 
 
 def test_rows_of_a_kernel_that_is_not_registered_need_it_loaded_by_hand(target, tmp_path):
-    theirs = database_files.valid(tmp_path / "theirs.sqlite", database_files.row(
-        kernel=TAIL_BUG_ADD.name, source_hash=TAIL_BUG_ADD.source_hash, config_json=json.dumps(FAST)))
+    theirs = database_files.valid(
+        tmp_path / "theirs.sqlite",
+        database_files.row(
+            kernel=TAIL_BUG_ADD.name, source_hash=TAIL_BUG_ADD.source_hash, config_json=json.dumps(FAST)
+        ),
+    )
     with pytest.raises(MergeError, match="kernel 'tail_bug_add' is not registered"):
         merge.read_files([theirs])
-    result = CliRunner().invoke(main, ["db", "merge", str(theirs), "--db", str(target),
-                                       "--kernel", "wrong_kernels:TAIL_BUG_ADD"])
+    result = CliRunner().invoke(
+        main, ["db", "merge", str(theirs), "--db", str(target), "--kernel", "wrong_kernels:TAIL_BUG_ADD"]
+    )
     assert result.exit_code == 0 and "1 taken" in result.output, result.output
     assert _rows(target)[("tail_bug_add", "n=8192")] == (FAST, 1.0)
 

@@ -1,11 +1,10 @@
 """benchmarks/missing_presets.py --also=SHAPE: a shape that is not a preset (group_norm at 2x1280x32x32 for issue 39)
 is searched by a device call like a preset, once, until a database holds a current row of its bucket."""
 
-import sys
+from stored_rows import store_best
 
 from autotune import gpu
 from autotune.kernels.norm.group_norm import SPEC
-from stored_rows import store_best
 
 
 def test_also_adds_a_shape_after_the_presets_until_its_bucket_has_a_row(benchmark_script, capsys, tmp_path):

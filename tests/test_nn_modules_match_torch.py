@@ -89,13 +89,21 @@ def _x(*shape):
 
 @pytest.mark.parametrize("bias", [True, False])
 def test_layer_norm(bias):
-    _matches_torch(ann.LayerNorm(24, bias=bias), torch.nn.LayerNorm(24, bias=bias), [_x(3, 5, 24)],
-                   {"layer_norm", "layer_norm_backward"})
+    _matches_torch(
+        ann.LayerNorm(24, bias=bias),
+        torch.nn.LayerNorm(24, bias=bias),
+        [_x(3, 5, 24)],
+        {"layer_norm", "layer_norm_backward"},
+    )
 
 
 def test_rms_norm():
-    _matches_torch(ann.RMSNorm([4, 6], eps=1e-6), torch.nn.RMSNorm([4, 6], eps=1e-6), [_x(5, 4, 6)],
-                   {"rms_norm", "rms_norm_backward"})
+    _matches_torch(
+        ann.RMSNorm([4, 6], eps=1e-6),
+        torch.nn.RMSNorm([4, 6], eps=1e-6),
+        [_x(5, 4, 6)],
+        {"rms_norm", "rms_norm_backward"},
+    )
 
 
 @pytest.mark.parametrize("activation,channels_last", [(None, False), ("silu", True), ("mish", False)])
@@ -104,15 +112,23 @@ def test_group_norm(activation, channels_last):
     if channels_last:
         x = x.to(memory_format=torch.channels_last)
     after = {None: lambda y: y, "silu": F.silu, "mish": F.mish}[activation]
-    _matches_torch(ann.GroupNorm(4, 16, activation=activation), Activated(torch.nn.GroupNorm(4, 16), after), [x],
-                   {"group_norm", "group_norm_backward"})
+    _matches_torch(
+        ann.GroupNorm(4, 16, activation=activation),
+        Activated(torch.nn.GroupNorm(4, 16), after),
+        [x],
+        {"group_norm", "group_norm_backward"},
+    )
 
 
 @pytest.mark.parametrize("activation", [None, "gelu_tanh", "silu"])
 def test_linear(activation):
     after = {None: lambda y: y, "gelu_tanh": lambda y: F.gelu(y, approximate="tanh"), "silu": F.silu}[activation]
-    _matches_torch(ann.Linear(16, 24, activation=activation), Activated(torch.nn.Linear(16, 24), after), [_x(3, 7, 16)],
-                   {"linear", "matmul"})
+    _matches_torch(
+        ann.Linear(16, 24, activation=activation),
+        Activated(torch.nn.Linear(16, 24), after),
+        [_x(3, 7, 16)],
+        {"linear", "matmul"},
+    )
 
 
 def test_mlp_loads_as_a_sequential_of_linear_activation_linear():
@@ -129,8 +145,9 @@ def test_attention_helper_has_sdpas_semantics(causal):
     q, k, v = _x(1, 4, 6, 8), _x(1, 2, 9, 8) * 0.5, _x(1, 2, 9, 8)
     options = {"is_causal": causal, "enable_gqa": True, "scale": 0.3}
     ours = Attention(ann.scaled_dot_product_attention, **options)
-    _matches_torch(ours, Attention(F.scaled_dot_product_attention, **options), [q, k, v],
-                   {"flash_attn", "flash_attn_backward"})
+    _matches_torch(
+        ours, Attention(F.scaled_dot_product_attention, **options), [q, k, v], {"flash_attn", "flash_attn_backward"}
+    )
 
 
 def test_route_sdpa_sends_sdpa_calls_to_flash_attn():

@@ -11,15 +11,15 @@ import sys
 
 import pytest
 import torch
-
-from autotune import db
-from autotune.measure import offbucket
-from autotune.runtime import registry
-import autotune.kernels.fused_softmax.softmax as softmax
-import autotune.kernels.vector_add.add as vector_add
-from autotune.gate.verify import check_problem
 from stored_rows import store_best
 from wrong_kernels import BAD_BLOCK, TAIL_BUG_ADD
+
+import autotune.kernels.fused_softmax.softmax as softmax
+import autotune.kernels.vector_add.add as vector_add
+from autotune import db
+from autotune.gate.verify import check_problem
+from autotune.measure import offbucket
+from autotune.runtime import registry
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 ROW_CONFIG = {"BLOCK_SIZE": 256, "num_warps": 2, "num_stages": 1}
@@ -36,8 +36,12 @@ def test_off_bucket_shapes_take_the_stored_row_and_are_timed_against_their_own_s
     before = _contents(user_db)
     finished = []  # what on_record saw after each shape: a run cut short keeps the shapes it finished
     records = offbucket.measure_off_bucket(
-        vector_add.SPEC, [vector_add.parse_shape("900"), vector_add.parse_shape("3000")], torch.float32, **TINY,
-        on_record=lambda so_far: finished.append([(r["shape"], r["ratio"]) for r in so_far]))
+        vector_add.SPEC,
+        [vector_add.parse_shape("900"), vector_add.parse_shape("3000")],
+        torch.float32,
+        **TINY,
+        on_record=lambda so_far: finished.append([(r["shape"], r["ratio"]) for r in so_far]),
+    )
     assert finished == [[("900", records[0]["ratio"])], [(r["shape"], r["ratio"]) for r in records]]
 
     same_bucket, other_bucket = records
@@ -46,7 +50,10 @@ def test_off_bucket_shapes_take_the_stored_row_and_are_timed_against_their_own_s
     for r in records:
         assert r["tuned_for"] == "n=1024" and r["tuned_on"] == "1000" and r["database"] == db.as_url(str(user_db))
         assert r["runtime_config"] == ROW_CONFIG
-        assert vector_add.SPACE.validate(r["exact_config"]) == r["exact_config"] and 1 <= r["evaluations"] <= TINY["trials"]
+        assert (
+            vector_add.SPACE.validate(r["exact_config"]) == r["exact_config"]
+            and 1 <= r["evaluations"] <= TINY["trials"]
+        )
         assert r["same_config"] == (r["exact_config"] == ROW_CONFIG) and r["runtime_failure"] is None
         assert r["runtime_config_searched"]  # the exact search starts from the runtime's config: it can only do better
         assert r["runtime_ms"] > 0 and r["exact_ms"] > 0 and r["default_ms"] > 0
@@ -98,14 +105,33 @@ def test_bad_requests_fail_before_any_search(user_db, monkeypatch):
 SCRIPT = ROOT / "benchmarks" / "off_bucket.py"
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--kernel", "nope"], "unknown kernel 'nope'"),
-    (["--kernel", "softmax", "--shape", "softmax=4096xabc"], "--shape for softmax: shape '4096xabc'"),
-    (["--kernel", "wrong_kernels:TAIL_BUG_ADD"],
-     "no built-in off-bucket shapes for wrong_kernels:TAIL_BUG_ADD: pass --shape wrong_kernels:TAIL_BUG_ADD=SPEC"),
-    (["--kernel", "vector_add", "--kernel", "softmax", "--dtype", "fp32", "--shape", "vector_add=3000", "--shape", "softmax=8x300"],
-     "softmax 8x300: the stored row of bucket m=8,n=512 was tuned on this very problem"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--kernel", "nope"], "unknown kernel 'nope'"),
+        (["--kernel", "softmax", "--shape", "softmax=4096xabc"], "--shape for softmax: shape '4096xabc'"),
+        (
+            ["--kernel", "wrong_kernels:TAIL_BUG_ADD"],
+            "no built-in off-bucket shapes for wrong_kernels:TAIL_BUG_ADD"
+            ": pass --shape wrong_kernels:TAIL_BUG_ADD=SPEC",
+        ),
+        (
+            [
+                "--kernel",
+                "vector_add",
+                "--kernel",
+                "softmax",
+                "--dtype",
+                "fp32",
+                "--shape",
+                "vector_add=3000",
+                "--shape",
+                "softmax=8x300",
+            ],
+            "softmax 8x300: the stored row of bucket m=8,n=512 was tuned on this very problem",
+        ),
+    ],
+)
 def test_the_script_refuses_bad_requests_in_one_line_before_any_search(tmp_path, user_db, monkeypatch, args, message):
     store_best(user_db, softmax.SPEC, "m=8,n=512", {**softmax.SPEC.space.default}, problem=softmax.parse_shape("8x300"))
     monkeypatch.setattr(offbucket, "search", _no_search)
@@ -117,9 +143,30 @@ def test_the_script_refuses_bad_requests_in_one_line_before_any_search(tmp_path,
 
 
 def test_the_script_writes_records_summary_and_environment(tmp_path, user_db):
-    run = subprocess.run([sys.executable, str(SCRIPT), "--kernel", "vector_add", "--dtype", "fp32", "--shape", "vector_add=3000",
-                          "--trials", "3", "--examples", "3", "--final-examples", "5", "--out", str(tmp_path / "ob")],
-                         capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    run = subprocess.run(
+        [
+            sys.executable,
+            str(SCRIPT),
+            "--kernel",
+            "vector_add",
+            "--dtype",
+            "fp32",
+            "--shape",
+            "vector_add=3000",
+            "--trials",
+            "3",
+            "--examples",
+            "3",
+            "--final-examples",
+            "5",
+            "--out",
+            str(tmp_path / "ob"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=tmp_path,
+    )
     assert run.returncode == 0, run.stderr
     saved = json.loads((tmp_path / "ob.json").read_text())
     [record] = saved["records"]
@@ -142,19 +189,49 @@ def test_every_shipped_kernel_has_built_in_off_bucket_shapes_that_its_spec_parse
 
 def _run(date, gpu="H100", **ratios):
     """A saved run as off_bucket.py writes it, with one vector_add record per shape=ratio."""
-    records = [{"kernel": "vector_add", "dtype": "bf16", "shape": shape.lstrip("s"), "bucket": "n=4096", "source": "nearest",
-                "tuned_for": "n=1024", "tuned_on": "1000", "same_config": False, "evaluations": 3, "search_seconds": 1.0,
-                "runtime_ms": ratio, "exact_ms": 1.0, "default_ms": 2.0, "ratio": ratio, "runtime_failure": None}
-               for shape, ratio in ratios.items()]
-    return {"gpu": gpu, "device_name": f"NVIDIA {gpu}", "torch": "2.11", "triton": "3.6", "date": date,
-            "timing": "medians", "dtype": "bf16", "trials": 10, "timeout": 20.0, "records": records,
-            "summary": offbucket.summarize(records)}
+    records = [
+        {
+            "kernel": "vector_add",
+            "dtype": "bf16",
+            "shape": shape.lstrip("s"),
+            "bucket": "n=4096",
+            "source": "nearest",
+            "tuned_for": "n=1024",
+            "tuned_on": "1000",
+            "same_config": False,
+            "evaluations": 3,
+            "search_seconds": 1.0,
+            "runtime_ms": ratio,
+            "exact_ms": 1.0,
+            "default_ms": 2.0,
+            "ratio": ratio,
+            "runtime_failure": None,
+        }
+        for shape, ratio in ratios.items()
+    ]
+    return {
+        "gpu": gpu,
+        "device_name": f"NVIDIA {gpu}",
+        "torch": "2.11",
+        "triton": "3.6",
+        "date": date,
+        "timing": "medians",
+        "dtype": "bf16",
+        "trials": 10,
+        "timeout": 20.0,
+        "records": records,
+        "summary": offbucket.summarize(records),
+    }
 
 
 def test_merged_runs_keep_each_shapes_latest_record_and_list_the_one_it_replaced():
     first, second = _run("day 1", s3000=1.9, s5000=1.05), _run("day 2", s3000=1.02, s7000=0.99)
     merged = offbucket.merge([first, second])
-    assert [(r["shape"], r["ratio"], r["run"]) for r in merged["records"]] == [("3000", 1.02, 1), ("5000", 1.05, 0), ("7000", 0.99, 1)]
+    assert [(r["shape"], r["ratio"], r["run"]) for r in merged["records"]] == [
+        ("3000", 1.02, 1),
+        ("5000", 1.05, 0),
+        ("7000", 0.99, 1),
+    ]
     assert [(r["shape"], r["ratio"], r["run"]) for r in merged["superseded"]] == [("3000", 1.9, 0)]
     assert merged["summary"]["overall"]["mean"] == pytest.approx(statistics.fmean([1.02, 1.05, 0.99]))
     assert [run["date"] for run in merged["runs"]] == ["day 1", "day 2"] and merged["date"] == "day 2"
@@ -163,11 +240,16 @@ def test_merged_runs_keep_each_shapes_latest_record_and_list_the_one_it_replaced
     again = offbucket.merge([merged, _run("day 3", s5000=1.01)])  # a merged report merges as the runs it was made of
     assert [run["date"] for run in again["runs"]] == ["day 1", "day 2", "day 3"]
     assert [(r["shape"], r["ratio"], r["run"]) for r in again["records"]] == [
-        ("3000", 1.02, 1), ("5000", 1.01, 2), ("7000", 0.99, 1)]
+        ("3000", 1.02, 1),
+        ("5000", 1.01, 2),
+        ("7000", 0.99, 1),
+    ]
     assert [(r["shape"], r["ratio"], r["run"]) for r in again["superseded"]] == [("3000", 1.9, 0), ("5000", 1.05, 0)]
 
 
-@pytest.mark.parametrize("results, message", [([], "at least one"), ([_run("d", "H100"), _run("d", "H200")], "different GPUs")])
+@pytest.mark.parametrize(
+    "results, message", [([], "at least one"), ([_run("d", "H100"), _run("d", "H200")], "different GPUs")]
+)
 def test_runs_of_different_gpus_or_none_are_not_merged(results, message):
     with pytest.raises(ValueError, match=message):
         offbucket.merge(results)
@@ -191,17 +273,22 @@ def test_the_script_merges_saved_runs_into_one_report(tmp_path, monkeypatch):
     assert "0.0361" in superseded and "CUDA graph" in superseded and "0.1496" not in superseded
 
 
-@pytest.mark.parametrize("change, reason", [
-    ({}, None),
-    ({"exact_ms": 1.2}, None),  # within 25% of the search's own time
-    ({"exact_ms": 2.47}, "unstable timing: the exact config's final time is +147% off its search time"),
-    ({"exact_ms": 2.47, "interpreter": True}, None),  # wall-clock timings under the interpreter always move
-    ({"evaluations": 1, "same_config": True}, "the exact search evaluated only the runtime's config"),
-    # GPU times (CUDA graph) judge the record: below the search's do_bench time is a host-bound call's, not drift
-    ({"exact_ms": 2.47, "exact_gpu_ms": 0.5, "runtime_gpu_ms": 0.3}, None),
-    ({"exact_ms": 1.0, "exact_gpu_ms": 1.3, "runtime_gpu_ms": 0.8},
-     "unstable timing: the exact config's final time is +30% off its search time"),
-])
+@pytest.mark.parametrize(
+    "change, reason",
+    [
+        ({}, None),
+        ({"exact_ms": 1.2}, None),  # within 25% of the search's own time
+        ({"exact_ms": 2.47}, "unstable timing: the exact config's final time is +147% off its search time"),
+        ({"exact_ms": 2.47, "interpreter": True}, None),  # wall-clock timings under the interpreter always move
+        ({"evaluations": 1, "same_config": True}, "the exact search evaluated only the runtime's config"),
+        # GPU times (CUDA graph) judge the record: below the search's do_bench time is a host-bound call's, not drift
+        ({"exact_ms": 2.47, "exact_gpu_ms": 0.5, "runtime_gpu_ms": 0.3}, None),
+        (
+            {"exact_ms": 1.0, "exact_gpu_ms": 1.3, "runtime_gpu_ms": 0.8},
+            "unstable timing: the exact config's final time is +30% off its search time",
+        ),
+    ],
+)
 def test_a_record_whose_timing_moved_or_whose_search_tried_nothing_else_is_left_out_of_the_summary(change, reason):
     kept = {**_run("d", s3000=1.0)["records"][0], "search_best_ms": 1.0}
     record = {**kept, "shape": "5000", "ratio": 0.6, **change}

@@ -11,11 +11,11 @@ import torch
 from click.testing import CliRunner
 from sqlalchemy import create_engine
 
+import autotune.kernels.vector_add.add as vector_add
 from autotune import db, gpu, runtime
 from autotune.cli import main
 from autotune.db import SCHEMA_VERSION, ConfigStore
 from autotune.kernels import add
-import autotune.kernels.vector_add.add as vector_add
 
 # The version-1 tables exactly as autotune created them (autotune/db/shipped.sqlite was such a file).
 V1_SCHEMA = """
@@ -64,9 +64,23 @@ def old_db(tmp_path):
         conn.executescript(V1_SCHEMA)
         conn.execute(
             "INSERT INTO best_configs (kernel, source_hash, gpu, device_name, dtype, bucket, config, problem, time_ms, "
-            "examples_verified, triton_version, torch_version, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            ("vector_add", vector_add.SPEC.source_hash, gpu.current_gpu().name, "test", "fp32", "n=8192",
-             json.dumps(STORED), "{}", 0.5, 40, "3.6.0", "2.11.0", "2026-01-02 03:04:05.000000"),
+            "examples_verified, triton_version, torch_version, created_at) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (
+                "vector_add",
+                vector_add.SPEC.source_hash,
+                gpu.current_gpu().name,
+                "test",
+                "fp32",
+                "n=8192",
+                json.dumps(STORED),
+                "{}",
+                0.5,
+                40,
+                "3.6.0",
+                "2.11.0",
+                "2026-01-02 03:04:05.000000",
+            ),
         )
     return path
 
@@ -124,7 +138,7 @@ def test_a_writer_upgrades_an_old_database_in_place(old_db, cli_runner):
         assert conn.execute("SELECT version FROM schema_info").fetchall() == [(SCHEMA_VERSION,)]
         after = conn.execute("SELECT * FROM best_configs").fetchall()
         assert conn.execute("PRAGMA journal_mode").fetchone() == ("delete",)  # the file keeps its journal
-    assert [r[: len(before[0])] for r in after] == before and all(set(r[len(before[0]):]) == {None} for r in after)
+    assert [r[: len(before[0])] for r in after] == before and all(set(r[len(before[0]) :]) == {None} for r in after)
     with ConfigStore(str(old_db)) as store:
         assert store.upgraded_from is None  # already upgraded
         [row] = store.best_rows()
@@ -141,11 +155,22 @@ def test_an_old_database_merges_into_a_new_one(old_db, tmp_path):
 
 def test_an_old_postgresql_database_is_upgraded_in_place(postgres_url):
     with ConfigStore(postgres_url) as store:
-        store.record_best(db.BestRow(
-            kernel="vector_add", source_hash="abc", gpu="H100", device_name="test", dtype="fp32", bucket="n=8192",
-            config_json=json.dumps(STORED), problem_json="{}", time_ms=0.5, examples_verified=40, triton_version="x",
-            torch_version="y",
-        ))
+        store.record_best(
+            db.BestRow(
+                kernel="vector_add",
+                source_hash="abc",
+                gpu="H100",
+                device_name="test",
+                dtype="fp32",
+                bucket="n=8192",
+                config_json=json.dumps(STORED),
+                problem_json="{}",
+                time_ms=0.5,
+                examples_verified=40,
+                triton_version="x",
+                torch_version="y",
+            )
+        )
     engine = create_engine(postgres_url)
     with engine.begin() as conn:  # back to version 1: the verification columns did not exist
         for column in sorted(VERIFICATION_COLUMNS):

@@ -3,12 +3,12 @@ user's reference, so a graph around it compiles whole and launches the tuned con
 
 import torch
 import triton
+import user_kernels
 from hypothesis import strategies as st
+from stored_rows import store_best
 
 import autotune
 from autotune import runtime
-from stored_rows import store_best
-import user_kernels
 
 
 def test_fullgraph_compile_around_a_decorated_call_launches_the_stored_config(user_db):
@@ -33,9 +33,13 @@ def test_several_outputs_come_back_as_a_tuple_under_compile(user_db):
 
 
 def test_a_launcher_whose_arguments_no_schema_types_still_runs_compiled_with_a_graph_break(user_db):
-    kernel = autotune.tune(args={"x": autotune.Tensor("n"), "scale": st.floats(1, 2)},
-                           reference=lambda x, scale: x * scale, configs=[triton.Config({"B": 1})], dtypes=("fp32",),
-                           name="untyped_scale")(lambda x, scale, *, config: x * scale)  # no default to type `scale` by
+    kernel = autotune.tune(
+        args={"x": autotune.Tensor("n"), "scale": st.floats(1, 2)},
+        reference=lambda x, scale: x * scale,
+        configs=[triton.Config({"B": 1})],
+        dtypes=("fp32",),
+        name="untyped_scale",
+    )(lambda x, scale, *, config: x * scale)  # no default to type `scale` by
     assert kernel._compiled is None
     torch._dynamo.reset()
     x = torch.randn(10)

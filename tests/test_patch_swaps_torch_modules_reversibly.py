@@ -41,14 +41,21 @@ def make_model() -> torch.nn.Sequential:
     hooked = torch.nn.GroupNorm(2, 8)
     hooked.register_forward_hook(lambda module, args, out: None)
     return torch.nn.Sequential(
-        SelfAttention(16, 2),                                    # 0: sdpa routed, its LayerNorm swapped
-        torch.nn.RMSNorm(16),                                    # 1
-        torch.nn.Linear(16, 32), torch.nn.GELU(approximate="tanh"), torch.nn.Linear(32, 16),  # 2+3 fused
-        torch.nn.Unflatten(2, (4, 4)),                           # 5: (B, N, 16) -> (B, C=N, 4, 4)
-        torch.nn.GroupNorm(2, 8), torch.nn.SiLU(),               # 6+7 fused
-        shared, torch.nn.Mish(), shared,                         # 8: used twice, so not fused with 9
-        hooked, torch.nn.SiLU(),                                 # 11: has a hook, so not fused with 12
-        torch.nn.Flatten(2), OwnNorm(16),                        # 14: a subclass with its own forward: left
+        SelfAttention(16, 2),  # 0: sdpa routed, its LayerNorm swapped
+        torch.nn.RMSNorm(16),  # 1
+        torch.nn.Linear(16, 32),
+        torch.nn.GELU(approximate="tanh"),
+        torch.nn.Linear(32, 16),  # 2+3 fused
+        torch.nn.Unflatten(2, (4, 4)),  # 5: (B, N, 16) -> (B, C=N, 4, 4)
+        torch.nn.GroupNorm(2, 8),
+        torch.nn.SiLU(),  # 6+7 fused
+        shared,
+        torch.nn.Mish(),
+        shared,  # 8: used twice, so not fused with 9
+        hooked,
+        torch.nn.SiLU(),  # 11: has a hook, so not fused with 12
+        torch.nn.Flatten(2),
+        OwnNorm(16),  # 14: a subclass with its own forward: left
     )
 
 
@@ -94,8 +101,18 @@ def test_patched_model_matches_torch_and_runs_the_kernels():
         p.grad = None
     with runtime.record_launches() as launches:
         out, grads = _output_and_grads(model, x)
-    assert {"flash_attn", "flash_attn_backward", "layer_norm", "layer_norm_backward", "rms_norm", "rms_norm_backward",
-            "linear", "matmul", "group_norm", "group_norm_backward"} <= {kernel for kernel, _ in launches}
+    assert {
+        "flash_attn",
+        "flash_attn_backward",
+        "layer_norm",
+        "layer_norm_backward",
+        "rms_norm",
+        "rms_norm_backward",
+        "linear",
+        "matmul",
+        "group_norm",
+        "group_norm_backward",
+    } <= {kernel for kernel, _ in launches}
     for what, o, r, b in [("output", out, ref, base), *zip(range(len(grads)), grads, ref_grads, base_grads)]:
         _, _, reason = compare(o, r, b, torch.float32)
         assert reason is None, f"{what}: {reason}"

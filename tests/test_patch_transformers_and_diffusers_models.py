@@ -33,9 +33,16 @@ def _within_budget(out, ref, base):
 
 def tiny_llama():
     transformers = _require("transformers")
-    config = transformers.LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
-                                      attn_implementation="sdpa")
+    config = transformers.LlamaConfig(
+        vocab_size=64,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=64,
+        attn_implementation="sdpa",
+    )
     torch.manual_seed(0)
     return transformers.LlamaForCausalLM(config)
 
@@ -93,9 +100,15 @@ def test_unet_resnet_group_norm_silu_and_attention():
     diffusers = _require("diffusers")
     torch.manual_seed(0)
     model = diffusers.UNet2DModel(
-        sample_size=8, in_channels=3, out_channels=3, layers_per_block=1, block_out_channels=(16, 32),
-        norm_num_groups=4, down_block_types=("DownBlock2D", "AttnDownBlock2D"),
-        up_block_types=("AttnUpBlock2D", "UpBlock2D"), attention_head_dim=8,
+        sample_size=8,
+        in_channels=3,
+        out_channels=3,
+        layers_per_block=1,
+        block_out_channels=(16, 32),
+        norm_num_groups=4,
+        down_block_types=("DownBlock2D", "AttnDownBlock2D"),
+        up_block_types=("AttnUpBlock2D", "UpBlock2D"),
+        attention_head_dim=8,
     ).eval()
     x = torch.randn(1, 3, 8, 8, generator=torch.Generator().manual_seed(1))
     with torch.no_grad():

@@ -3,11 +3,11 @@
 import json
 
 from click.testing import CliRunner
-
-from autotune import gpu
-import autotune.kernels.vector_add.add as vector_add
-from autotune.cli import main
 from stored_rows import store_best
+
+import autotune.kernels.vector_add.add as vector_add
+from autotune import gpu
+from autotune.cli import main
 
 
 def test_a_gpu_without_rows_is_told_which_gpus_have_them(user_db):
@@ -21,7 +21,9 @@ def test_a_gpu_without_rows_is_told_which_gpus_have_them(user_db):
 
 def test_in_json_stdout_stays_an_empty_list_and_the_note_goes_to_stderr(user_db):
     store_best(user_db, vector_add.SPEC, "n=4096", vector_add.SPACE.default)
-    result = CliRunner().invoke(main, ["query", "vector_add", "--gpu", "A100", "--db", str(user_db), "--format", "json"])
+    result = CliRunner().invoke(
+        main, ["query", "vector_add", "--gpu", "A100", "--db", str(user_db), "--format", "json"]
+    )
     assert result.exit_code == 0, result.output
     assert json.loads(result.stdout) == []
     assert f"GPUs with rows: {gpu.CPU_INTERPRETER} (pass one as --gpu)" in result.stderr, result.stderr

@@ -5,15 +5,14 @@ import json
 import os
 import warnings
 
+import database_files
 import pytest
 import torch
 from click.testing import CliRunner
 
-import database_files
 from autotune import runtime
 from autotune.cli import main
-from autotune.kernels import add, softmax
-from autotune.kernels import layer_norm
+from autotune.kernels import add, layer_norm, softmax
 
 
 def _call_public_kernels() -> list:

@@ -9,8 +9,8 @@ import cachetools
 import torch
 
 from autotune.engine import precompile
-from autotune.kernels.vector_add.add import SPEC
 from autotune.gate.verify import ReferenceCache, tensor_bytes
+from autotune.kernels.vector_add.add import SPEC
 
 
 def problem(n: int) -> dict:

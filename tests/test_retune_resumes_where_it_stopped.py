@@ -3,6 +3,7 @@ run continues where the first stopped and ends with rows for every kernel."""
 
 import pytest
 import torch
+import user_kernels
 from click.testing import CliRunner
 
 from autotune import gpu
@@ -10,15 +11,15 @@ from autotune.cli import main
 from autotune.db import ConfigStore
 from autotune.engine import retune as retuning
 from autotune.engine.plan import SearchOptions
-import user_kernels
 
 KERNELS = [user_kernels.axpy.spec, user_kernels.scale_rows.spec]
 OPTIONS = SearchOptions(trials=50, examples=3, final_examples=3)
 
 
 def _run(store, budget_s=120.0, on_done=None):
-    return retuning.retune(KERNELS, budget_s=budget_s, store=store, options=OPTIONS, dtypes=(torch.float32,),
-                           on_done=on_done)
+    return retuning.retune(
+        KERNELS, budget_s=budget_s, store=store, options=OPTIONS, dtypes=(torch.float32,), on_done=on_done
+    )
 
 
 def test_an_interrupted_retune_continues_where_it_stopped(user_db):
@@ -30,13 +31,17 @@ def test_an_interrupted_retune_continues_where_it_stopped(user_db):
         first = _run(store, on_done=interrupt_after_the_first)
         assert first.interrupted
         assert [(o.study.spec.name, o.status) for o in first.outcomes] == [
-            ("axpy", retuning.STORED), ("scale_rows", retuning.NOT_RUN)]
+            ("axpy", retuning.STORED),
+            ("scale_rows", retuning.NOT_RUN),
+        ]
         assert {r.kernel for r in store.best_rows()} == {"axpy"}
 
         second = _run(store)
         assert not second.interrupted
         assert [(o.study.spec.name, o.status) for o in second.outcomes] == [
-            ("axpy", retuning.KEPT), ("scale_rows", retuning.STORED)]
+            ("axpy", retuning.KEPT),
+            ("scale_rows", retuning.STORED),
+        ]
         rows = store.best_rows(gpu=gpu.current_gpu().name)
     assert {(r.kernel, r.dtype, r.bucket) for r in rows} == {("axpy", "fp32", "n=4096"), ("scale_rows", "fp32", "n=64")}
     assert all(r.source_hash == {s.name: s for s in KERNELS}[r.kernel].source_hash for r in rows)
@@ -65,8 +70,21 @@ def test_each_study_gets_its_share_of_what_is_left(user_db, monkeypatch):
 
 def test_the_command_prints_one_summary_and_continues_a_finished_run(user_db):
     runner = CliRunner()
-    args = ["retune", "--kernel", "user_kernels:axpy", "--kernel", "user_kernels:scale_rows", "--dtype", "fp32",
-            "--budget", "2m", "--examples", "3", "--final-examples", "3"]
+    args = [
+        "retune",
+        "--kernel",
+        "user_kernels:axpy",
+        "--kernel",
+        "user_kernels:scale_rows",
+        "--dtype",
+        "fp32",
+        "--budget",
+        "2m",
+        "--examples",
+        "3",
+        "--final-examples",
+        "3",
+    ]
     first = runner.invoke(main, args)
     assert first.exit_code == 0, first.output
     assert "2 stored, 0 kept" in first.output

@@ -8,19 +8,25 @@ import optuna
 import pytest
 import torch
 
+import autotune.kernels.vector_add.add as vector_add
 from autotune import db
 from autotune.db import SCHEMA_VERSION, ConfigStore
 from autotune.db.rows import TIMINGS
-import autotune.kernels.vector_add.add as vector_add
-from autotune.runtime.query import stored_rows
 from autotune.engine.outcome import TrialOutcome, outcome_of, record_outcome
 from autotune.engine.plan import SearchOptions
 from autotune.engine.search import search
+from autotune.runtime.query import stored_rows
 
 
 def test_a_search_under_the_interpreter_stores_and_shows_wall_clock_timing(user_db):
     with ConfigStore(str(user_db)) as store:
-        result = search(vector_add.SPEC, vector_add.parse_shape("5000"), torch.float32, SearchOptions(trials=3, examples=3, final_examples=3), store=store)
+        result = search(
+            vector_add.SPEC,
+            vector_add.parse_shape("5000"),
+            torch.float32,
+            SearchOptions(trials=3, examples=3, final_examples=3),
+            store=store,
+        )
         [row] = store.best_rows(kernel="vector_add")
     assert result.best_timing == row.timing == "wall"
     assert all(t.timing == "wall" for t in result.trials if t.outcome == "ok")
@@ -39,10 +45,23 @@ def test_a_shared_studys_trial_keeps_how_it_was_timed():
 def test_a_version_2_database_gains_an_empty_timing_column(tmp_path):
     path = tmp_path / "v2.sqlite"
     with ConfigStore(str(path)) as store:
-        store.record_best(db.BestRow(
-            kernel="vector_add", source_hash="abc", gpu="H100", device_name="test", dtype="fp32", bucket="n=8192",
-            config_json='{"BLOCK_SIZE": 256}', problem_json="{}", time_ms=0.5, timing="graph", examples_verified=4,
-            triton_version="x", torch_version="y"))
+        store.record_best(
+            db.BestRow(
+                kernel="vector_add",
+                source_hash="abc",
+                gpu="H100",
+                device_name="test",
+                dtype="fp32",
+                bucket="n=8192",
+                config_json='{"BLOCK_SIZE": 256}',
+                problem_json="{}",
+                time_ms=0.5,
+                timing="graph",
+                examples_verified=4,
+                triton_version="x",
+                torch_version="y",
+            )
+        )
     conn = sqlite3.connect(path)
     with conn:  # back to version 2: the column did not exist
         conn.execute("ALTER TABLE best_configs DROP COLUMN timing")
@@ -72,6 +91,12 @@ def test_every_shipped_row_says_how_it_was_timed():
 @pytest.mark.gpu
 def test_a_search_on_the_gpu_stores_graph_timing(user_db):
     with ConfigStore(str(user_db)) as store:
-        search(vector_add.SPEC, vector_add.parse_shape("1048576"), torch.float32, SearchOptions(trials=2, examples=3, final_examples=3), store=store)
+        search(
+            vector_add.SPEC,
+            vector_add.parse_shape("1048576"),
+            torch.float32,
+            SearchOptions(trials=2, examples=3, final_examples=3),
+            store=store,
+        )
         [row] = store.best_rows(kernel="vector_add")
     assert row.timing == "graph"

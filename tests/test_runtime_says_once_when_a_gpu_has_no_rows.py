@@ -5,12 +5,12 @@ import warnings
 
 import pytest
 import torch
-
-from autotune import db, gpu, runtime
-from autotune.runtime import lookup
-from autotune.kernels import add
-import autotune.kernels.vector_add.add as vector_add
 from stored_rows import store_best
+
+import autotune.kernels.vector_add.add as vector_add
+from autotune import db, gpu, runtime
+from autotune.kernels import add
+from autotune.runtime import lookup
 
 
 @pytest.fixture
@@ -34,7 +34,9 @@ def _no_rows_warnings(calls) -> list[str]:
 
 
 def test_a_gpu_without_rows_says_so_once_however_many_calls(fresh_process):
-    said = _no_rows_warnings([(5000, torch.float32), (100, torch.float32), (70000, torch.float16), (5000, torch.float32)])
+    said = _no_rows_warnings(
+        [(5000, torch.float32), (100, torch.float32), (70000, torch.float16), (5000, torch.float32)]
+    )
     assert len(said) == 1
     assert "vector_add" in said[0] and gpu.current_gpu().name in said[0] and "default config" in said[0]
 

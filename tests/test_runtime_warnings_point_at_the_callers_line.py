@@ -8,12 +8,12 @@ import warnings
 
 import pytest
 import torch
-
-from autotune import db, gpu, runtime
-from autotune.runtime import lookup
-from autotune.kernels import add
-import autotune.kernels.vector_add.add as vector_add
 from stored_rows import store_best
+
+import autotune.kernels.vector_add.add as vector_add
+from autotune import db, gpu, runtime
+from autotune.kernels import add
+from autotune.runtime import lookup
 
 
 @pytest.fixture
@@ -52,11 +52,13 @@ def _line(w) -> str:
 @pytest.mark.skipif(not gpu.interpreter_active(), reason="the shipped database has rows for GPUs: no warning there")
 def test_a_script_sees_its_own_line_under_the_warning(tmp_path):
     script = tmp_path / "user_script.py"
-    script.write_text(textwrap.dedent("""
+    script.write_text(
+        textwrap.dedent("""
         import torch
         from autotune.kernels import softmax
         y = softmax(torch.randn(4, 8), -1)
-    """))
+    """)
+    )
     env = {**os.environ, "AUTOTUNE_DB": str(tmp_path / "none.sqlite")}
     done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=300)
     assert done.returncode == 0, done.stderr

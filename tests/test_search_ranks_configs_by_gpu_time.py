@@ -8,9 +8,9 @@ import time
 import pytest
 import torch
 
+from autotune.engine.evaluate import Evaluator
 from autotune.measure import bench
 from autotune.runtime import registry
-from autotune.engine.evaluate import Evaluator
 
 SPLIT = {"variant": "split", "BLOCK": 4096, "SPLIT": 2, "num_warps": 8, "num_stages": 1, "REDUCE": "partials"}
 

@@ -6,15 +6,15 @@ import shutil
 import subprocess
 import sys
 
+import database_files
 import pytest
 import torch
 from click.testing import CliRunner
 
-import database_files
+import autotune.kernels.vector_add.add as vector_add
 from autotune.cli import main
 from autotune.db import ConfigStore, StoreError
 from autotune.engine.distributed import search_parallel
-import autotune.kernels.vector_add.add as vector_add
 from autotune.engine.plan import SearchOptions
 from autotune.engine.search import search
 
@@ -35,9 +35,25 @@ def test_search_on_a_read_only_file_stops_before_its_first_trial(tmp_path):
     path.chmod(0o444)
     before = database_files.sha256(path)
     run = subprocess.run(
-        [*_without_root_override(), sys.executable, "-m", "autotune", "search", "vector_add", "--shape", "1000",
-         "--trials", "3", "--examples", "2", "--db", str(path)],
-        capture_output=True, text=True, timeout=300,
+        [
+            *_without_root_override(),
+            sys.executable,
+            "-m",
+            "autotune",
+            "search",
+            "vector_add",
+            "--shape",
+            "1000",
+            "--trials",
+            "3",
+            "--examples",
+            "2",
+            "--db",
+            str(path),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert run.returncode == 1, run.stderr
     assert run.stderr.splitlines()[-1] == f"Error: cannot open {path} for writing: attempt to write a readonly database"
@@ -45,11 +61,14 @@ def test_search_on_a_read_only_file_stops_before_its_first_trial(tmp_path):
     assert database_files.sha256(path) == before
 
 
-@pytest.mark.parametrize("url, why", [
-    ("sqlite:///{path}?mode=ro&uri=true", "for writing: attempt to write a readonly database"),
-    ("sqlite:///:memory:", "held in memory and lost when the command ends"),
-    ("sqlite://", "held in memory and lost when the command ends"),
-])
+@pytest.mark.parametrize(
+    "url, why",
+    [
+        ("sqlite:///{path}?mode=ro&uri=true", "for writing: attempt to write a readonly database"),
+        ("sqlite:///:memory:", "held in memory and lost when the command ends"),
+        ("sqlite://", "held in memory and lost when the command ends"),
+    ],
+)
 def test_search_is_refused_a_store_it_cannot_keep(url, why, tmp_path):
     path = database_files.exported(tmp_path / "configs.sqlite")
     url = url.format(path=f"file:{path}")

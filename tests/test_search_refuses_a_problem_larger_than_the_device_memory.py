@@ -5,9 +5,9 @@ import pytest
 import torch
 from click.testing import CliRunner
 
+import autotune.kernels.fused_softmax.softmax as fused_softmax
 from autotune import gpu
 from autotune.cli import main
-import autotune.kernels.fused_softmax.softmax as fused_softmax
 from autotune.engine.plan import SearchOptions, check_fits, memory_needed
 from autotune.engine.search import search
 

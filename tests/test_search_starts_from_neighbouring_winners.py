@@ -1,22 +1,23 @@
 """A study first tries the default, its own bucket's stored best and that bucket's winners under earlier kernel
-sources, then its space's own starts for the problem, then the winners of neighbouring searches (this bucket in another dtype, the nearest buckets) that run on
-its problem, nearest first; each is measured here like any trial."""
+sources, then its space's own starts for the problem, then the winners of neighbouring searches (this bucket in
+another dtype, the nearest buckets) that run on its problem, nearest first; each is measured here like any trial.
+A cold search takes none of the databases' rows."""
 
 import dataclasses
 import json
 
 import torch
+from stored_rows import store_best
 
+import autotune.kernels.fused_softmax.softmax as fused_softmax
 from autotune import gpu
 from autotune.db import ConfigStore
-import autotune.kernels.fused_softmax.softmax as fused_softmax
 from autotune.engine.plan import SearchOptions
 from autotune.engine.search import search
 from autotune.engine.warm_starts import EARLIER_SOURCE_WARM_STARTS, NEIGHBOUR_WARM_STARTS, warm_starts
+from autotune.identity import RowKey
 from autotune.space import Config
 from autotune.spec import DTYPE_NAMES
-from autotune.identity import RowKey
-from stored_rows import store_best
 
 SPEC = fused_softmax.SPEC
 PROBLEM = SPEC.parse_shape("8x100")  # bucket m=8,n=128
@@ -50,22 +51,37 @@ def _store_neighbours(db) -> None:
 def test_neighbouring_winners_that_run_on_the_problem_come_nearest_first(user_db):
     _store_neighbours(user_db)
     with ConfigStore(str(user_db)) as store:
-        starts = warm_starts(SPEC, store, RowKey(SPEC.name, SPEC.source_hash, gpu.current_gpu().name, DTYPE_NAMES[torch.float32], "m=8,n=128"), PROBLEM)
+        starts = warm_starts(
+            SPEC,
+            store,
+            RowKey(SPEC.name, SPEC.source_hash, gpu.current_gpu().name, DTYPE_NAMES[torch.float32], "m=8,n=128"),
+            PROBLEM,
+        )
         assert starts == [SPEC.space.default, HALF_SAME_BUCKET, ROWS_16, ROWS_64]
         assert NEIGHBOUR_WARM_STARTS == 3  # m=1024 is the fourth neighbour: left for the sampler
         # This bucket's own row comes first among the stored ones, and is not repeated as a neighbour.
         store_best(user_db, SPEC, "m=8,n=128", ROWS_16)
-        starts = warm_starts(SPEC, store, RowKey(SPEC.name, SPEC.source_hash, gpu.current_gpu().name, DTYPE_NAMES[torch.float32], "m=8,n=128"), PROBLEM)
+        starts = warm_starts(
+            SPEC,
+            store,
+            RowKey(SPEC.name, SPEC.source_hash, gpu.current_gpu().name, DTYPE_NAMES[torch.float32], "m=8,n=128"),
+            PROBLEM,
+        )
         assert starts == [SPEC.space.default, ROWS_16, HALF_SAME_BUCKET, ROWS_64, ROWS_1024]
         # Without the problem (what runs on it is unknown), only the default and the own row.
-        assert warm_starts(SPEC, store, RowKey(SPEC.name, SPEC.source_hash, gpu.current_gpu().name, DTYPE_NAMES[torch.float32], "m=8,n=128")) == [
-            SPEC.space.default, ROWS_16]
+        assert warm_starts(
+            SPEC,
+            store,
+            RowKey(SPEC.name, SPEC.source_hash, gpu.current_gpu().name, DTYPE_NAMES[torch.float32], "m=8,n=128"),
+        ) == [SPEC.space.default, ROWS_16]
 
 
 def test_a_search_measures_the_neighbours_first_and_stores_only_its_own_measurement(user_db):
     _store_neighbours(user_db)
     with ConfigStore(str(user_db)) as store:
-        result = search(SPEC, PROBLEM, torch.float32, SearchOptions(trials=6, examples=3, final_examples=5), store=store)
+        result = search(
+            SPEC, PROBLEM, torch.float32, SearchOptions(trials=6, examples=3, final_examples=5), store=store
+        )
         trials = store.trials(kernel="softmax")
         rows = {(r.dtype, r.bucket): r for r in store.best_rows(kernel="softmax")}
     first = sorted(trials, key=lambda t: t.number)[:4]
@@ -83,16 +99,26 @@ def test_a_changed_kernel_starts_from_this_buckets_winners_under_its_earlier_sou
     store_best(user_db, SPEC, "m=8,n=128", ROWS_16, source_hash="source-2")
     store_best(user_db, SPEC, "m=8,n=128", ROWS_64, source_hash="source-3")
     store_best(user_db, SPEC, "m=8,n=128", WIDER_ROWS, source_hash="source-4")  # cannot run on rows of 100
-    store_best(user_db, SPEC, "m=8,n=128", {"variant": "single", "BLOCK_SIZE": 128}, source_hash="source-5")  # another space
+    store_best(
+        user_db, SPEC, "m=8,n=128", {"variant": "single", "BLOCK_SIZE": 128}, source_hash="source-5"
+    )  # another space
     store_best(user_db, SPEC, "m=8,n=128", ROWS_1024, dtype="fp16", source_hash="source-6")  # another dtype
     assert EARLIER_SOURCE_WARM_STARTS == 2
     with ConfigStore(str(user_db)) as store:
-        assert warm_starts(SPEC, store, RowKey(SPEC.name, SPEC.source_hash, gpu.current_gpu().name, DTYPE_NAMES[torch.float32], "m=8,n=128"), PROBLEM) == [
-            SPEC.space.default, ROWS_64, ROWS_16]
+        assert warm_starts(
+            SPEC,
+            store,
+            RowKey(SPEC.name, SPEC.source_hash, gpu.current_gpu().name, DTYPE_NAMES[torch.float32], "m=8,n=128"),
+            PROBLEM,
+        ) == [SPEC.space.default, ROWS_64, ROWS_16]
         # This source's own row still comes first.
         store_best(user_db, SPEC, "m=8,n=128", HALF_SAME_BUCKET)
-        assert warm_starts(SPEC, store, RowKey(SPEC.name, SPEC.source_hash, gpu.current_gpu().name, DTYPE_NAMES[torch.float32], "m=8,n=128"), PROBLEM) == [
-            SPEC.space.default, HALF_SAME_BUCKET, ROWS_64, ROWS_16]
+        assert warm_starts(
+            SPEC,
+            store,
+            RowKey(SPEC.name, SPEC.source_hash, gpu.current_gpu().name, DTYPE_NAMES[torch.float32], "m=8,n=128"),
+            PROBLEM,
+        ) == [SPEC.space.default, HALF_SAME_BUCKET, ROWS_64, ROWS_16]
 
 
 def test_a_spaces_own_starts_come_after_the_buckets_rows_and_before_the_neighbours(user_db):
@@ -103,23 +129,36 @@ def test_a_spaces_own_starts_come_after_the_buckets_rows_and_before_the_neighbou
     assert spec.space.starts(PROBLEM) == [online(64, 1)]
     _store_neighbours(user_db)
     with ConfigStore(str(user_db)) as store:
-        assert warm_starts(spec, store, RowKey(spec.name, spec.source_hash, gpu.current_gpu().name, DTYPE_NAMES[torch.float32], "m=8,n=128"), PROBLEM) == [
-            SPEC.space.default, online(64, 1), HALF_SAME_BUCKET, ROWS_16, ROWS_64]
+        assert warm_starts(
+            spec,
+            store,
+            RowKey(spec.name, spec.source_hash, gpu.current_gpu().name, DTYPE_NAMES[torch.float32], "m=8,n=128"),
+            PROBLEM,
+        ) == [SPEC.space.default, online(64, 1), HALF_SAME_BUCKET, ROWS_16, ROWS_64]
         store_best(user_db, SPEC, "m=8,n=128", ROWS_16)  # the bucket's own row comes before them
-        assert warm_starts(spec, store, RowKey(spec.name, spec.source_hash, gpu.current_gpu().name, DTYPE_NAMES[torch.float32], "m=8,n=128"), PROBLEM) == [
-            SPEC.space.default, ROWS_16, online(64, 1), HALF_SAME_BUCKET, ROWS_64, ROWS_1024]
+        assert warm_starts(
+            spec,
+            store,
+            RowKey(spec.name, spec.source_hash, gpu.current_gpu().name, DTYPE_NAMES[torch.float32], "m=8,n=128"),
+            PROBLEM,
+        ) == [SPEC.space.default, ROWS_16, online(64, 1), HALF_SAME_BUCKET, ROWS_64, ROWS_1024]
         # Without the problem nothing tells which starts run on it.
-        assert warm_starts(spec, store, RowKey(spec.name, spec.source_hash, gpu.current_gpu().name, DTYPE_NAMES[torch.float32], "m=8,n=128")) == [
-            SPEC.space.default, ROWS_16]
+        assert warm_starts(
+            spec,
+            store,
+            RowKey(spec.name, spec.source_hash, gpu.current_gpu().name, DTYPE_NAMES[torch.float32], "m=8,n=128"),
+        ) == [SPEC.space.default, ROWS_16]
 
 
 def test_a_cold_search_starts_from_the_space_alone(user_db):
     _store_neighbours(user_db)
     store_best(user_db, SPEC, "m=8,n=128", ROWS_16)  # this bucket's own best: a warm search's second trial
     with ConfigStore(str(user_db)) as store:
-        result = search(SPEC, PROBLEM, torch.float32, SearchOptions(trials=2, examples=2, final_examples=2, cold=True),
-                        store=store)
+        result = search(
+            SPEC, PROBLEM, torch.float32, SearchOptions(trials=2, examples=2, final_examples=2, cold=True), store=store
+        )
     firsts = [t.config for t in result.trials[:2]]
     assert firsts[0] == SPEC.space.default
     assert not {json.dumps(c, sort_keys=True) for c in firsts} & {
-        json.dumps(c, sort_keys=True) for c in (ROWS_16, HALF_SAME_BUCKET, ROWS_64, ROWS_1024)}
+        json.dumps(c, sort_keys=True) for c in (ROWS_16, HALF_SAME_BUCKET, ROWS_64, ROWS_1024)
+    }

@@ -4,24 +4,26 @@ import sqlite3
 
 import pytest
 import torch
+from wrong_kernels import STATIC_FAIL_ADD, TAIL_BUG_ADD
 
+import autotune.kernels.vector_add.add as vector_add
 from autotune import gpu, runtime
 from autotune.db import BestRow, ConfigStore
-from autotune.kernels import add
-import autotune.kernels.vector_add.add as vector_add
 from autotune.engine.evaluate import Evaluator
 from autotune.engine.plan import SearchOptions
 from autotune.engine.search import search
-from autotune.space import Param, SearchSpace
 from autotune.gate.verify import draw_problems, verify
-from wrong_kernels import STATIC_FAIL_ADD, TAIL_BUG_ADD
+from autotune.kernels import add
+from autotune.space import Param, SearchSpace
 
 PROBLEM = vector_add.parse_shape("5000")
 
 
 def test_search_finishes_and_stores_the_best_verified_row(user_db):
     with ConfigStore(str(user_db)) as store:
-        result = search(vector_add.SPEC, PROBLEM, torch.float32, SearchOptions(trials=8, examples=5, final_examples=10), store=store)
+        result = search(
+            vector_add.SPEC, PROBLEM, torch.float32, SearchOptions(trials=8, examples=5, final_examples=10), store=store
+        )
         rows = store.best_rows(kernel="vector_add")
         trials = store.trials(kernel="vector_add")
     assert result.stored and result.best_config is not None
@@ -37,15 +39,23 @@ def test_search_finishes_and_stores_the_best_verified_row(user_db):
 
 
 def _small_space(spec, blocks):
-    space = SearchSpace((Param("BLOCK_SIZE", blocks), Param("num_warps", (4,)), Param("num_stages", (1,))),
-                        default={"BLOCK_SIZE": blocks[0], "num_warps": 4, "num_stages": 1})
+    space = SearchSpace(
+        (Param("BLOCK_SIZE", blocks), Param("num_warps", (4,)), Param("num_stages", (1,))),
+        default={"BLOCK_SIZE": blocks[0], "num_warps": 4, "num_stages": 1},
+    )
     return dataclasses.replace(spec, space=space, _hash=[])
 
 
 def test_wrong_configs_are_recorded_as_incorrect_with_their_example_and_never_win(user_db):
     spec = _small_space(TAIL_BUG_ADD, (1024, 2048, 4096))
     with ConfigStore(str(user_db)) as store:
-        result = search(spec, PROBLEM, torch.float32, SearchOptions(trials=10, sampler="grid", examples=10, final_examples=10), store=store)
+        result = search(
+            spec,
+            PROBLEM,
+            torch.float32,
+            SearchOptions(trials=10, sampler="grid", examples=10, final_examples=10),
+            store=store,
+        )
         stored_trials = store.trials(kernel="tail_bug_add")
     by_block = {t.config["BLOCK_SIZE"]: t for t in result.trials}
     assert by_block[1024].outcome == "ok"
@@ -59,7 +69,9 @@ def test_wrong_configs_are_recorded_as_incorrect_with_their_example_and_never_wi
 
 def test_configs_that_fail_to_build_are_recorded_and_the_search_goes_on(user_db):
     spec = _small_space(STATIC_FAIL_ADD, (512, 256, 1024))
-    result = search(spec, PROBLEM, torch.float32, SearchOptions(trials=10, sampler="grid", examples=3, final_examples=3))
+    result = search(
+        spec, PROBLEM, torch.float32, SearchOptions(trials=10, sampler="grid", examples=3, final_examples=3)
+    )
     failed = [t for t in result.trials if t.config["BLOCK_SIZE"] == 256]
     assert failed and all(t.outcome in ("compile_error", "error") for t in failed)
     assert "BLOCK_SIZE=256" in failed[0].reason
@@ -76,10 +88,18 @@ def _store_row(path, bucket="n=8192", config=None, source_hash=None, time_ms=1.0
     with ConfigStore(str(path)) as store:
         store.record_best(
             BestRow(
-                kernel="vector_add", source_hash=source_hash or vector_add.SPEC.source_hash, gpu=gpu.current_gpu().name,
-                device_name="test", dtype=dtype, bucket=bucket,
-                config_json=config if isinstance(config, str) else json.dumps(config), problem_json="{}",
-                time_ms=time_ms, examples_verified=1, triton_version="x", torch_version="y",
+                kernel="vector_add",
+                source_hash=source_hash or vector_add.SPEC.source_hash,
+                gpu=gpu.current_gpu().name,
+                device_name="test",
+                dtype=dtype,
+                bucket=bucket,
+                config_json=config if isinstance(config, str) else json.dumps(config),
+                problem_json="{}",
+                time_ms=time_ms,
+                examples_verified=1,
+                triton_version="x",
+                torch_version="y",
             )
         )
 
@@ -121,7 +141,9 @@ def test_corrupt_or_foreign_rows_are_ignored_with_one_warning(user_db, config, s
     _store_row(user_db, config={"BLOCK_SIZE": 512, "num_warps": 2, "num_stages": 3}, source_hash=source_hash)
     if config is not None:  # damage the row the way another program or a bad disk could
         with sqlite3.connect(user_db) as con:
-            con.execute("UPDATE best_configs SET config = ?", (config if isinstance(config, str) else json.dumps(config),))
+            con.execute(
+                "UPDATE best_configs SET config = ?", (config if isinstance(config, str) else json.dumps(config),)
+            )
     x = torch.randn(5000)
     with pytest.warns(runtime.StoredConfigWarning, match=why) as caught:
         assert _launched_config(x, x) == vector_add.SPACE.default
@@ -132,7 +154,11 @@ def test_corrupt_or_foreign_rows_are_ignored_with_one_warning(user_db, config, s
 @pytest.mark.parametrize(
     "args, error, message",
     [
-        ((torch.ones(4, dtype=torch.int32), torch.ones(4, dtype=torch.int32)), TypeError, "x must have a floating dtype"),
+        (
+            (torch.ones(4, dtype=torch.int32), torch.ones(4, dtype=torch.int32)),
+            TypeError,
+            "x must have a floating dtype",
+        ),
         ((torch.ones(4), torch.ones(5)), ValueError, "one shape"),
         ((torch.ones(4), torch.ones(4, dtype=torch.float16)), TypeError, "one dtype"),
         ((torch.ones(4), torch.ones(4, device="meta")), ValueError, "y must be on"),
@@ -155,7 +181,14 @@ def test_add_handles_any_rank_noncontiguous_and_empty():
 
 def test_compiling_ahead_in_worker_processes_keeps_the_budget_every_trial_and_every_verdict(user_db):
     with ConfigStore(str(user_db)) as store:
-        result = search(TAIL_BUG_ADD, PROBLEM, torch.float32, SearchOptions(trials=8, examples=5, final_examples=5), store=store, compile_workers=2)
+        result = search(
+            TAIL_BUG_ADD,
+            PROBLEM,
+            torch.float32,
+            SearchOptions(trials=8, examples=5, final_examples=5),
+            store=store,
+            compile_workers=2,
+        )
         stored = store.trials(kernel="tail_bug_add")
     assert result.evaluations == 8 and result.compiled_ahead >= 1
     assert sorted(t.number for t in result.trials) == list(range(len(result.trials)))  # each trial once, none lost
@@ -171,20 +204,34 @@ def test_the_gate_s_draws_are_known_before_the_first_trial_so_the_first_batch_co
     # Before, they were learnt from the first config that passed: every config of the first batch compiled
     # its draws one after another in the measuring process (the attention backward finished no trial so).
     evaluator = Evaluator(TAIL_BUG_ADD, PROBLEM, torch.float32, examples=6, seed=1, max_numel=1 << 14)
-    drawn = evaluator.problems_run[1 + len(evaluator.edges):]
+    drawn = evaluator.problems_run[1 + len(evaluator.edges) :]
     assert len(drawn) == 6
-    assert drawn == draw_problems(TAIL_BUG_ADD, vector_add.SPACE.default, torch.float32, examples=6, seed=1,
-                                  max_numel=1 << 14)
-    gate = verify(TAIL_BUG_ADD, vector_add.SPACE.default, torch.float32, examples=6, seed=1, max_numel=1 << 14,
-                  extra_problems=evaluator.edges)  # the check the evaluator runs on a trial's config
+    assert drawn == draw_problems(
+        TAIL_BUG_ADD, vector_add.SPACE.default, torch.float32, examples=6, seed=1, max_numel=1 << 14
+    )
+    gate = verify(
+        TAIL_BUG_ADD,
+        vector_add.SPACE.default,
+        torch.float32,
+        examples=6,
+        seed=1,
+        max_numel=1 << 14,
+        extra_problems=evaluator.edges,
+    )  # the check the evaluator runs on a trial's config
     assert gate.passed and [p for p in gate.problems if p not in evaluator.edges] == drawn
 
 
 EVEN_SIZES_FOR_LARGE_BLOCKS = dataclasses.replace(
-    vector_add.SPEC, name="even_sizes_add", _hash=[],
-    space=dataclasses.replace(vector_add.SPACE, constraints=(
-        *vector_add.SPACE.constraints,
-        lambda c, p: "odd size" if c["BLOCK_SIZE"] >= 4096 and p["shape"][0] % 2 else None)),
+    vector_add.SPEC,
+    name="even_sizes_add",
+    _hash=[],
+    space=dataclasses.replace(
+        vector_add.SPACE,
+        constraints=(
+            *vector_add.SPACE.constraints,
+            lambda c, p: "odd size" if c["BLOCK_SIZE"] >= 4096 and p["shape"][0] % 2 else None,
+        ),
+    ),
 )
 
 
@@ -194,10 +241,17 @@ def test_each_config_compiles_ahead_the_problems_its_own_gate_draws():
     # to compile one after another in the measuring process.
     evaluator = Evaluator(EVEN_SIZES_FOR_LARGE_BLOCKS, PROBLEM, torch.float32, examples=6, seed=1, max_numel=1 << 14)
     large = {"BLOCK_SIZE": 4096, "num_warps": 4, "num_stages": 2}
-    drawn = evaluator.problems_for(large)[1 + len(evaluator.edges):]
-    gate = verify(EVEN_SIZES_FOR_LARGE_BLOCKS, large, torch.float32, examples=6, seed=1, max_numel=1 << 14,
-                  extra_problems=evaluator.edges)  # the check the evaluator runs on a trial's config
+    drawn = evaluator.problems_for(large)[1 + len(evaluator.edges) :]
+    gate = verify(
+        EVEN_SIZES_FOR_LARGE_BLOCKS,
+        large,
+        torch.float32,
+        examples=6,
+        seed=1,
+        max_numel=1 << 14,
+        extra_problems=evaluator.edges,
+    )  # the check the evaluator runs on a trial's config
     assert gate.passed and drawn == [p for p in gate.problems if p not in evaluator.edges]
     assert len(drawn) == 6 and all(p["shape"][0] % 2 == 0 for p in drawn)
-    assert any(p["shape"][0] % 2 for p in evaluator.problems_run[1 + len(evaluator.edges):])  # the default's differ
+    assert any(p["shape"][0] % 2 for p in evaluator.problems_run[1 + len(evaluator.edges) :])  # the default's differ
     assert evaluator.problems_for(vector_add.SPACE.default) == evaluator.problems_run

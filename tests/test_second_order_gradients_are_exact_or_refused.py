@@ -18,19 +18,19 @@ import torch
 import torch.nn.functional as F
 
 from autotune import runtime
-from autotune.kernels import add, linear, rms_norm, softmax
-from autotune.kernels import flash_attn
-from autotune.kernels import group_norm
-from autotune.kernels import layer_norm
-from autotune.kernels import matmul
-from autotune.kernels import mlp
+from autotune.kernels import add, flash_attn, group_norm, layer_norm, linear, matmul, mlp, rms_norm, softmax
 
 pytestmark = [pytest.mark.usefixtures("user_db"), pytest.mark.filterwarnings("ignore::RuntimeWarning")]
 
 _matmul_module = sys.modules["autotune.kernels.gemm.matmul"]
 ACTIVATIONS = ("none", "relu", "gelu", "gelu_tanh", "silu")
-_TORCH_ACTIVATIONS = {"none": lambda t: t, "relu": F.relu, "gelu": F.gelu, "silu": F.silu,
-                      "gelu_tanh": functools.partial(F.gelu, approximate="tanh")}
+_TORCH_ACTIVATIONS = {
+    "none": lambda t: t,
+    "relu": F.relu,
+    "gelu": F.gelu,
+    "silu": F.silu,
+    "gelu_tanh": functools.partial(F.gelu, approximate="tanh"),
+}
 
 
 def randn(*shape, scale: float = 1.0) -> torch.Tensor:
@@ -94,6 +94,7 @@ def test_linear_gradient_penalty_matches_float64(activation):
 def test_linear_op_gradient_penalty_matches_float64(activation):
     """Through the custom op (what torch.compile traces and mlp's backward records), whose second output, the
     pre-activation, carries the second-order term."""
+
     def ours(x, w, b):
         return _matmul_module.linear_op(x, w, b, activation, True)[0]
 
@@ -110,14 +111,16 @@ def test_mlp_gradient_penalty_matches_float64(activation):
 @pytest.mark.parametrize("activation", ("gelu", "silu"))
 def test_linear_and_mlp_pass_gradgradcheck(activation):
     assert_gradgradcheck(lambda x, w, b: linear(x, w, b, activation), (randn(3, 4), randn(5, 4), randn(5)))
-    assert_gradgradcheck(lambda *t: mlp(*t, activation=activation),
-                         (randn(3, 4), randn(5, 4), randn(5), randn(2, 5), randn(2)))
+    assert_gradgradcheck(
+        lambda *t: mlp(*t, activation=activation), (randn(3, 4), randn(5, 4), randn(5), randn(2, 5), randn(2))
+    )
 
 
 @pytest.mark.parametrize("contiguous", (True, False), ids=("eager", "op"))
 @pytest.mark.parametrize("residual", (False, True), ids=("plain", "residual"))
 def test_layer_norm_gradient_penalty_matches_float64(contiguous, residual):
     """Contiguous inputs take the eager autograd.Function, strided ones the custom op: both record."""
+
     def layout(x):
         return x if contiguous else x.transpose(0, 1).contiguous().transpose(0, 1)
 
@@ -159,6 +162,7 @@ def test_group_norm_gradient_penalty_matches_float64(activation):
 
 def test_group_norm_op_gradient_penalty_matches_float64():
     """Through the custom op (what torch.compile traces), which shares the eager Function's backward."""
+
     def ours(x, w, b):
         return torch.ops.autotune.group_norm_forward(x, w, b, 2, 1e-5, "silu")[0]
 
@@ -169,8 +173,9 @@ def test_group_norm_op_gradient_penalty_matches_float64():
 def test_norms_pass_gradgradcheck():
     assert_gradgradcheck(lambda x, w, b: layer_norm(x, (4,), w, b), (randn(3, 4), randn(4), randn(4)))
     assert_gradgradcheck(lambda x, w, r: rms_norm(x, (4,), w, residual=r), (randn(3, 4), randn(4), randn(3, 4)))
-    assert_gradgradcheck(lambda x, w, b: group_norm(x, 2, w, b, activation="silu"),
-                         (randn(2, 4, 3), randn(4), randn(4)))
+    assert_gradgradcheck(
+        lambda x, w, b: group_norm(x, 2, w, b, activation="silu"), (randn(2, 4, 3), randn(4), randn(4))
+    )
 
 
 def test_add_records_its_graph_and_passes_gradgradcheck():
@@ -199,8 +204,11 @@ def test_flash_attn_gives_first_order_gradients_and_refuses_a_second_backward_by
     for got, expected in zip((dq, dk, dv), want):
         torch.testing.assert_close(got.detach(), expected)
         assert got.grad_fn is not None  # a graph that refuses, not none that would add nothing
-    with pytest.raises(NotImplementedError, match=r"autotune\.kernels\.flash_attn: second-order gradients are not "
-                                                  r"supported.*scaled_dot_product_attention"):
+    with pytest.raises(
+        NotImplementedError,
+        match=r"autotune\.kernels\.flash_attn: second-order gradients are not "
+        r"supported.*scaled_dot_product_attention",
+    ):
         (dq.square().sum() + dv.sum()).backward()
 
 

@@ -8,10 +8,10 @@ import torch
 from hypothesis import find, settings
 
 from autotune import runtime
+from autotune.gate.verify import verify
 from autotune.kernels import softmax
 from autotune.kernels.fused_softmax.softmax import SPEC
 from autotune.search_spaces.softmax import SPACE, bucket
-from autotune.gate.verify import verify
 
 pytestmark = [
     # Public calls read a fresh, empty user database, so they run the default config.
@@ -226,7 +226,12 @@ def test_shapes_buckets_presets_and_cost():
     assert bucket(problem([8, 128, 1000])) == "m=1024,n=1024"
     assert bucket(problem([3, 5, 7], dim=1)) == "m=32,n=8"
     assert [SPEC.bucket(p) for p in SPEC.presets] == [
-        "m=4096,n=1024", "m=4096,n=4096", "m=4096,n=8192", "m=4096,n=16384", "m=4096,n=32768", "m=1024,n=131072"
+        "m=4096,n=1024",
+        "m=4096,n=4096",
+        "m=4096,n=8192",
+        "m=4096,n=16384",
+        "m=4096,n=32768",
+        "m=1024,n=131072",
     ]
     cost = SPEC.cost(problem([4096, 1024]), torch.bfloat16)
     assert (cost.bytes, cost.flops) == (2 * 4096 * 1024 * 2, 5 * 4096 * 1024)
@@ -250,9 +255,13 @@ def test_problems_reach_the_edge_cases(wanted):
 
 
 def test_make_inputs_builds_the_layout_and_infinities_it_names():
-    x = SPEC.make_inputs(problem([6, 10], dim=0, layout="sliced", neg_inf="row"), torch.float16, torch.device("cpu"), 0)["x"]
+    x = SPEC.make_inputs(
+        problem([6, 10], dim=0, layout="sliced", neg_inf="row"), torch.float16, torch.device("cpu"), 0
+    )["x"]
     assert x.dtype == torch.float16 and x.stride() == (20, 2)
     assert int(x.isinf().all(dim=0).sum()) == 1
-    x = SPEC.make_inputs(problem([6, 10], layout="transposed", neg_inf="prefix"), torch.float32, torch.device("cpu"), 0)["x"]
+    x = SPEC.make_inputs(
+        problem([6, 10], layout="transposed", neg_inf="prefix"), torch.float32, torch.device("cpu"), 0
+    )["x"]
     assert x.stride() == (1, 6)
     assert bool(x[:, :5].isneginf().all()) and bool(x[:, 5:].isfinite().all())

@@ -1,7 +1,7 @@
 import torch
 
-from autotune.kernels import softmax
 import autotune.kernels.vector_add.add as vector_add
+from autotune.kernels import softmax
 
 
 def test_softmax_gradient_matches_torch():
@@ -22,5 +22,7 @@ def test_without_grad_no_graph_is_built():
 
 def test_layouts_drawn_for_verification_really_are_strided():
     for layout in ("transposed", "sliced"):
-        inputs = vector_add.make_inputs({"shape": [5, 6], "layout": layout, "magnitude": 1e4}, torch.float16, torch.device("cpu"), 0)
+        inputs = vector_add.make_inputs(
+            {"shape": [5, 6], "layout": layout, "magnitude": 1e4}, torch.float16, torch.device("cpu"), 0
+        )
         assert not inputs["x"].is_contiguous() and inputs["x"].abs().max() > 100

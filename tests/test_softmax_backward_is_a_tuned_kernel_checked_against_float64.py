@@ -6,15 +6,15 @@ from __future__ import annotations
 
 import pytest
 import torch
+from stored_rows import store_best
 
 import autotune
 from autotune import runtime
-from autotune.runtime import registry
+from autotune.gate.verify import check_problem, verify
 from autotune.kernels import softmax
 from autotune.kernels.fused_softmax.softmax_backward import SPEC, backward
+from autotune.runtime import registry
 from autotune.search_spaces.softmax import BACKWARD_SPACE, SPACE
-from autotune.gate.verify import check_problem, verify
-from stored_rows import store_best
 
 pytestmark = [
     pytest.mark.usefixtures("user_db"),  # public calls read a fresh, empty user database: the default config
@@ -33,16 +33,26 @@ def config(**overrides):
 SINGLE_16 = config(variant="single", BLOCK_SIZE=16, ROWS_PER_PROGRAM=4, num_warps=2, num_stages=1)
 SINGLE_512 = config(variant="single", BLOCK_SIZE=512, ROWS_PER_PROGRAM=1, num_warps=4, num_stages=1)
 ONLINE_16 = config(variant="online", BLOCK_SIZE=16, ROWS_PER_PROGRAM=2, num_warps=1, num_stages=3)
-CONFIGS = {"default": dict(BACKWARD_SPACE.default), "single_16": SINGLE_16, "single_512": SINGLE_512,
-           "online_16": ONLINE_16}
+CONFIGS = {
+    "default": dict(BACKWARD_SPACE.default),
+    "single_16": SINGLE_16,
+    "single_512": SINGLE_512,
+    "online_16": ONLINE_16,
+}
 EDGE = {
-    "default": [problem([3, 1]), problem([2, 5, 7], dim=1, layout="transposed", neg_inf="some"),
-                problem([6, 33], dim=0, layout="sliced", magnitude=1e4, neg_inf="row")],
+    "default": [
+        problem([3, 1]),
+        problem([2, 5, 7], dim=1, layout="transposed", neg_inf="some"),
+        problem([6, 33], dim=0, layout="sliced", magnitude=1e4, neg_inf="row"),
+    ],
     "single_16": [problem([5, 13], neg_inf="row"), problem([7, 3, 2], dim=0, layout="sliced", magnitude=1e4)],
     # A single row of 509 (prime) at small magnitude: dx_i is what is left of dy_i - sum, where float32 sums err most.
     "single_512": [problem([509], dim=0, magnitude=1e-3), problem([300, 3], dim=0, layout="transposed")],
-    "online_16": [problem([3, 50], neg_inf="prefix"), problem([5, 17], layout="transposed", magnitude=1e4),
-                  problem([33, 2, 2], dim=0, layout="sliced")],
+    "online_16": [
+        problem([3, 50], neg_inf="prefix"),
+        problem([5, 17], layout="transposed", magnitude=1e4),
+        problem([33, 2, 2], dim=0, layout="sliced"),
+    ],
 }
 
 
@@ -110,7 +120,9 @@ def test_half_gradients_keep_the_dtype_and_match_torch(dtype):
     (theirs,) = torch.autograd.grad(torch.softmax(x, 1), x, g)
     assert ours.dtype == dtype
     ulp = torch.finfo(dtype).eps
-    torch.testing.assert_close(ours, theirs, rtol=2 * ulp, atol=2 * ulp * float(theirs.abs().max()))  # two roundings apart
+    torch.testing.assert_close(
+        ours, theirs, rtol=2 * ulp, atol=2 * ulp * float(theirs.abs().max())
+    )  # two roundings apart
 
 
 def test_scalars_and_empty_tensors():

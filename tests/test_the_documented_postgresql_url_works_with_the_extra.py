@@ -1,16 +1,17 @@
-"""The `postgresql://` URLs README and docs/ document work with what `pip install ".[postgres]"` installs: the extra ships the driver
+"""The `postgresql://` URLs README and docs/ document work with what `pip install ".[postgres]"`
+installs: the extra ships the driver
 SQLAlchemy takes for that URL, and the URL in that form stores configs and Optuna studies on a real server."""
 
 import pathlib
 import re
 
+import database_files
 import optuna
 import pytest
 from click.testing import CliRunner
 from packaging.requirements import Requirement
 from sqlalchemy import make_url
 
-import database_files
 from autotune.cli import main
 from autotune.db import ConfigStore
 

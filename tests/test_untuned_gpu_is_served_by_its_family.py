@@ -6,11 +6,11 @@ import json
 import warnings
 
 import torch
+import user_kernels
 
 from autotune import device_limits, gpu, runtime
 from autotune.db import BestRow, ConfigStore, shipped_path
 from autotune.runtime import fallback, registry
-import user_kernels
 
 
 def _fake_device(monkeypatch, name: str, cc: tuple[int, int]) -> None:
@@ -23,10 +23,22 @@ def _fake_device(monkeypatch, name: str, cc: tuple[int, int]) -> None:
 
 def _store(path, spec, gpu_name, bucket, config):
     with ConfigStore(str(path)) as store:
-        store.record_best(BestRow(
-            kernel=spec.name, source_hash=spec.source_hash, gpu=gpu_name, device_name=gpu_name, dtype="fp32",
-            bucket=bucket, config_json=json.dumps(config), problem_json=json.dumps({"sizes": {"n": 1000}, "magnitude": 1.0}),
-            time_ms=1.0, examples_verified=1, triton_version="x", torch_version="y"))
+        store.record_best(
+            BestRow(
+                kernel=spec.name,
+                source_hash=spec.source_hash,
+                gpu=gpu_name,
+                device_name=gpu_name,
+                dtype="fp32",
+                bucket=bucket,
+                config_json=json.dumps(config),
+                problem_json=json.dumps({"sizes": {"n": 1000}, "magnitude": 1.0}),
+                time_ms=1.0,
+                examples_verified=1,
+                triton_version="x",
+                torch_version="y",
+            )
+        )
     runtime.clear_cache()
 
 

@@ -2,11 +2,11 @@ import math
 
 import pytest
 import torch
+from wrong_kernels import BAD_BLOCK, TAIL_BUG_ADD
 
 import autotune.kernels.vector_add.add as vector_add
-from autotune.gate.verify import verify
 from autotune.gate.compare import compare
-from wrong_kernels import BAD_BLOCK, TAIL_BUG_ADD
+from autotune.gate.verify import verify
 
 
 def test_gate_passes_the_buggy_kernel_where_it_is_right():
@@ -80,7 +80,9 @@ def test_compare_never_lets_nan_pass_and_demands_torch_overflow_semantics():
     assert compare(torch.tensor([1.0, float("-inf")], dtype=torch.float16), ref, base, torch.float16)[2] is None
     assert compare(base, ref, base, torch.float16)[2] is None
     assert compare(torch.tensor([1.0, float("inf")], dtype=torch.float16), ref, base, torch.float16)[2] is not None
-    assert compare(torch.tensor([float("-inf"), -65504.0], dtype=torch.float16), ref, base, torch.float16)[2] is not None
+    assert (
+        compare(torch.tensor([float("-inf"), -65504.0], dtype=torch.float16), ref, base, torch.float16)[2] is not None
+    )
 
 
 def test_budget_is_earned_from_pytorch_error_not_a_fixed_tolerance():

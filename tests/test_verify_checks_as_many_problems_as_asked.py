@@ -7,11 +7,11 @@ import json
 
 import torch
 
+from autotune.gate.verify import draw_problems, verify
 from autotune.kernels.fused_softmax.softmax import SPEC
 
 SOFTMAX = dataclasses.replace(SPEC, problems_for_config=None)
 """softmax drawing every problem for every config, as a user's kernel without `problems_for_config` does."""
-from autotune.gate.verify import draw_problems, verify
 
 SHORT_BLOCK = {"variant": "online", "BLOCK_SIZE": 64, "ROWS_PER_PROGRAM": 1, "num_warps": 2, "num_stages": 1}
 """Streams rows in blocks of 64: its constraints reject every row of 64 or fewer, most of those drawn."""

@@ -5,9 +5,9 @@ import json
 import torch
 from click.testing import CliRunner
 
-from autotune.cli import main
 import autotune.kernels.fused_softmax.softmax as fused_softmax
 import autotune.kernels.vector_add.add as vector_add
+from autotune.cli import main
 from autotune.gate.verify import verify
 
 

@@ -18,15 +18,15 @@ import optuna
 import pytest
 import torch
 from click.testing import CliRunner
+from worker_kernels import GATHER_ADD, GATHER_ENV, HANG_ADD, HANG_ENV
 
+import autotune.kernels.vector_add.add as vector_add
 from autotune import gpu
 from autotune.cli import main
 from autotune.db import ConfigStore
 from autotune.engine.distributed import conclude_shared, create_shared_study, search_parallel
 from autotune.engine.outcome import evaluated
-import autotune.kernels.vector_add.add as vector_add
 from autotune.engine.plan import GRACE_HEARTBEATS, SearchOptions, open_storage
-from worker_kernels import GATHER_ADD, GATHER_ENV, HANG_ADD, HANG_ENV
 
 PROBLEM = vector_add.parse_shape("5000")
 State = optuna.trial.TrialState
@@ -38,8 +38,22 @@ def start_worker(storage: str, study: str, index: int, **env: str) -> subprocess
     """`autotune worker` in a fresh interpreter that imports the test kernels as a user's would be."""
     path = os.pathsep.join([TESTS, os.path.dirname(TESTS), os.environ.get("PYTHONPATH", "")])
     return subprocess.Popen(
-        [sys.executable, "-m", "autotune", "worker", "--storage", storage, "--study", study, "--worker-index", str(index)],
-        env={**os.environ, "PYTHONPATH": path, **env}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        [
+            sys.executable,
+            "-m",
+            "autotune",
+            "worker",
+            "--storage",
+            storage,
+            "--study",
+            study,
+            "--worker-index",
+            str(index),
+        ],
+        env={**os.environ, "PYTHONPATH": path, **env},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
     )
 
 
@@ -94,7 +108,9 @@ def test_three_workers_on_one_postgres_study_lose_no_trial_and_store_one_best(po
 def test_a_worker_killed_mid_trial_is_retried_by_the_others(postgres_url, tmp_path):
     # A 2 s heartbeat: the killed worker's trial is stale 6 s after its last beat (a live one, even on a
     # loaded machine, never is).
-    name = create_shared_study(HANG_ADD, PROBLEM, torch.float32, postgres_url, SearchOptions(sampler="grid", examples=3, heartbeat_s=HEARTBEAT))
+    name = create_shared_study(
+        HANG_ADD, PROBLEM, torch.float32, postgres_url, SearchOptions(sampler="grid", examples=3, heartbeat_s=HEARTBEAT)
+    )
     hang = tmp_path / "hung"
     victim = start_worker(postgres_url, name, 0, **{HANG_ENV: str(hang)})
     assert wait_for_pid(hang) == victim.pid
@@ -112,7 +128,9 @@ def test_a_worker_killed_mid_trial_is_retried_by_the_others(postgres_url, tmp_pa
     [retry] = [t for t in trials.values() if t.system_attrs.get("failed_trial") == running.number]
     assert retry.state == State.COMPLETE and retry.params == running.params
     grid = {json.dumps(c, sort_keys=True) for c in HANG_ADD.space.grid_for(PROBLEM)}
-    assert {json.dumps(t.user_attrs["config"], sort_keys=True) for t in trials.values() if t.state != State.FAIL} == grid
+    assert {
+        json.dumps(t.user_attrs["config"], sort_keys=True) for t in trials.values() if t.state != State.FAIL
+    } == grid
     with ConfigStore(str(tmp_path / "autotune.sqlite")) as store:
         assert conclude_shared(postgres_url, name, store=store, final_examples=5).stored
         assert len(store.best_rows(kernel="hang_add")) == 1
@@ -126,7 +144,14 @@ def test_a_local_worker_killed_mid_trial_is_restarted_and_its_trial_retried(tmp_
     killer.start()
     storage = str(tmp_path / "studies.journal")
     with ConfigStore(str(tmp_path / "autotune.sqlite")) as store:
-        [result] = search_parallel(HANG_ADD, [(PROBLEM, torch.float32)], SearchOptions(sampler="grid", examples=3, final_examples=5), workers=2, storage=storage, store=store)
+        [result] = search_parallel(
+            HANG_ADD,
+            [(PROBLEM, torch.float32)],
+            SearchOptions(sampler="grid", examples=3, final_examples=5),
+            workers=2,
+            storage=storage,
+            store=store,
+        )
         rows = store.best_rows(kernel="hang_add")
     killer.join()
 
@@ -140,7 +165,20 @@ def test_a_local_worker_killed_mid_trial_is_restarted_and_its_trial_retried(tmp_
 
 
 def test_cli_search_with_two_workers_gives_what_one_process_gives(tmp_path, monkeypatch):
-    args = ["search", "vector_add", "--dtype", "fp32", "--shape", "5000", "--trials", "5", "--examples", "3", "--format", "json"]
+    args = [
+        "search",
+        "vector_add",
+        "--dtype",
+        "fp32",
+        "--shape",
+        "5000",
+        "--trials",
+        "5",
+        "--examples",
+        "3",
+        "--format",
+        "json",
+    ]
     results = {}
     for label, extra in (("one", []), ("two", ["--workers", "2"])):
         db = tmp_path / f"{label}.sqlite"
@@ -153,8 +191,11 @@ def test_cli_search_with_two_workers_gives_what_one_process_gives(tmp_path, monk
 
     (one, one_best, one_trials), (two, two_best, two_trials) = results["one"], results["two"]
     assert set(one) == set(two) and two["stored"] is True
-    assert (two_best.gpu, two_best.dtype, two_best.bucket) == (one_best.gpu, one_best.dtype, one_best.bucket) == (
-        gpu.CPU_INTERPRETER, "fp32", "n=8192")
+    assert (
+        (two_best.gpu, two_best.dtype, two_best.bucket)
+        == (one_best.gpu, one_best.dtype, one_best.bucket)
+        == (gpu.CPU_INTERPRETER, "fp32", "n=8192")
+    )
     assert json.loads(two["best config"]) == two_best.config == vector_add.SPACE.validate(two_best.config)
     assert two_best.examples_verified >= one_best.examples_verified > 0
     assert two_best.default_time_ms and two_best.baseline_time_ms
@@ -181,16 +222,37 @@ def test_bad_parallel_requests_fail_before_any_process_starts(tmp_path):
 
 def test_a_shared_study_queues_the_same_first_trials_as_a_one_process_search(tmp_path):
     storage, given = str(tmp_path / "w.journal"), {"BLOCK_SIZE": 256, "num_warps": 2, "num_stages": 1}
-    name = create_shared_study(vector_add.SPEC, PROBLEM, torch.float32, storage, SearchOptions(trials=3, warm_start=[given]))
+    name = create_shared_study(
+        vector_add.SPEC, PROBLEM, torch.float32, storage, SearchOptions(trials=3, warm_start=[given])
+    )
     study = optuna.load_study(study_name=name, storage=open_storage(storage))
-    queued = [t.params or t.system_attrs["fixed_params"] for t in study.get_trials(states=(optuna.trial.TrialState.WAITING,))]
+    queued = [
+        t.params or t.system_attrs["fixed_params"] for t in study.get_trials(states=(optuna.trial.TrialState.WAITING,))
+    ]
     assert queued == [vector_add.SPACE.default, given]
 
 
 def test_cli_shared_search_prints_each_faulty_trial_with_its_config_and_reason(tmp_path):
-    args = ["search", "wrong_kernels:STATIC_FAIL_ADD", "--dtype", "fp32", "--shape", "5000", "--trials", "3",
-            "--examples", "2", "--warm-start", '{"BLOCK_SIZE": 256}', "--workers", "2", "--db", str(tmp_path / "db.sqlite")]
+    args = [
+        "search",
+        "wrong_kernels:STATIC_FAIL_ADD",
+        "--dtype",
+        "fp32",
+        "--shape",
+        "5000",
+        "--trials",
+        "3",
+        "--examples",
+        "2",
+        "--warm-start",
+        '{"BLOCK_SIZE": 256}',
+        "--workers",
+        "2",
+        "--db",
+        str(tmp_path / "db.sqlite"),
+    ]
     run = CliRunner().invoke(main, args)
     assert run.exit_code == 0, run.output
-    assert re.search(r'trial \d+ \{"BLOCK_SIZE": 256[^}]*\}: (compile_)?error: .*cannot be built with BLOCK_SIZE=256',
-                     run.stderr), run.stderr
+    assert re.search(
+        r'trial \d+ \{"BLOCK_SIZE": 256[^}]*\}: (compile_)?error: .*cannot be built with BLOCK_SIZE=256', run.stderr
+    ), run.stderr

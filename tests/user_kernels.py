@@ -1,10 +1,11 @@
 """Kernels written as a user of autotune writes them (through @autotune.tune), not part of the package: the
 tests load them by `user_kernels:NAME` as the command line does."""
 
-import autotune  # first: without a GPU it switches the Triton interpreter on before Triton is imported
 import torch
 import triton
 import triton.language as tl
+
+import autotune  # first: without a GPU it switches the Triton interpreter on before Triton is imported
 
 BUG_BLOCK = 256
 
@@ -21,8 +22,9 @@ def _axpy_kernel(x_ptr, y_ptr, out_ptr, n, alpha, BLOCK: tl.constexpr):
 @autotune.tune(
     args={"x": autotune.Tensor("n"), "y": autotune.Tensor("n")},
     reference=lambda x, y, alpha=2.0: alpha * x + y,
-    configs=[triton.Config({"BLOCK": b}, num_warps=w, num_stages=s) for b in (128, 256, 1024) for w in (2, 4)
-             for s in (1, 2)],
+    configs=[
+        triton.Config({"BLOCK": b}, num_warps=w, num_stages=s) for b in (128, 256, 1024) for w in (2, 4) for s in (1, 2)
+    ],
     key=("n",),
     sizes={"n": (0, 1 << 16)},
     dtypes=("fp32", "fp16"),

@@ -8,8 +8,8 @@ import torch
 import triton
 import triton.language as tl
 
-from autotune import runtime
 import autotune.kernels.vector_add.add as vector_add
+from autotune import runtime
 
 BAD_BLOCK = 2048
 
@@ -64,21 +64,31 @@ def _launcher(kernel):
 
 
 TAIL_BUG_ADD = dataclasses.replace(
-    vector_add.SPEC, name="tail_bug_add", launch=_launcher(_tail_bug_add_kernel), sources=(_tail_bug_add_kernel,), _hash=[]
+    vector_add.SPEC,
+    name="tail_bug_add",
+    launch=_launcher(_tail_bug_add_kernel),
+    sources=(_tail_bug_add_kernel,),
+    _hash=[],
 )
 """Right for BLOCK_SIZE < 2048; for larger blocks, wrong whenever the last block is partial."""
 
 INPUT_BUG_THRESHOLD = 2.0
 INPUT_BUG_ADD = dataclasses.replace(
-    vector_add.SPEC, name="input_bug_add", launch=_launcher(_input_bug_add_kernel), sources=(_input_bug_add_kernel,),
+    vector_add.SPEC,
+    name="input_bug_add",
+    launch=_launcher(_input_bug_add_kernel),
+    sources=(_input_bug_add_kernel,),
     _hash=[],
 )
 """Right for BLOCK_SIZE < 2048; for larger blocks, wrong only on inputs whose first element is above
 INPUT_BUG_THRESHOLD (a few seeds in a hundred): a failure that one seed finds and the next may not."""
 
 STATIC_FAIL_ADD = dataclasses.replace(
-    vector_add.SPEC, name="static_fail_add", launch=_launcher(_static_fail_add_kernel),
-    sources=(_static_fail_add_kernel,), _hash=[],
+    vector_add.SPEC,
+    name="static_fail_add",
+    launch=_launcher(_static_fail_add_kernel),
+    sources=(_static_fail_add_kernel,),
+    _hash=[],
 )
 """Fails to compile with BLOCK_SIZE=256; right otherwise."""
 
@@ -88,7 +98,9 @@ def _baseline_blind_to_empty(inputs):
     return None if x.numel() == 0 else x + y
 
 
-EMPTY_BLIND_ADD = dataclasses.replace(vector_add.SPEC, name="empty_blind_add", baseline=_baseline_blind_to_empty, _hash=[])
+EMPTY_BLIND_ADD = dataclasses.replace(
+    vector_add.SPEC, name="empty_blind_add", baseline=_baseline_blind_to_empty, _hash=[]
+)
 """vector_add whose baseline returns nothing for an empty problem, as a torch call under a spec's baseline
 did for flash_attn on the H100 (TypeError: 'NoneType' object is not iterable, deep inside verify): a broken
 gate, not a wrong config."""
@@ -97,6 +109,8 @@ gate, not a wrong config."""
 def tail_bug_add(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     """x + y (1-D) with the config the runtime looks up for TAIL_BUG_ADD, as a shipped kernel's function does."""
     n = x.numel()
-    config = runtime.tuned(TAIL_BUG_ADD).lookup(x.dtype, n, lambda: TAIL_BUG_ADD.bucket({"shape": [n]}), lambda: {"shape": [n]})
+    config = runtime.tuned(TAIL_BUG_ADD).lookup(
+        x.dtype, n, lambda: TAIL_BUG_ADD.bucket({"shape": [n]}), lambda: {"shape": [n]}
+    )
     runtime.note_launch(TAIL_BUG_ADD.name, config)
     return TAIL_BUG_ADD.launch({"x": x, "y": y}, config, torch.empty_like(x))

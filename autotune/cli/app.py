@@ -15,7 +15,6 @@ import autotune
 from autotune.runtime import registry
 from autotune.spec import dtype_from_name
 
-
 FORMATS = click.Choice(["table", "json", "csv"])
 
 
@@ -45,8 +44,9 @@ def open_store(url: str | None, *, readonly: bool = False):
         raise click.ClickException(str(exc)) from None
     if not readonly and store.in_memory:
         store.close()
-        raise click.ClickException(f"{store.where} is held in memory and lost when the command ends: "
-                                   "pass a file path or a database server URL")
+        raise click.ClickException(
+            f"{store.where} is held in memory and lost when the command ends: pass a file path or a database server URL"
+        )
     return store
 
 

@@ -7,15 +7,18 @@ import json
 import click
 
 from autotune import gpu
+from autotune.cli.app import FORMATS, dtypes_of, emit, kernel_spec, main
 from autotune.runtime import registry
 from autotune.spec import DTYPE_NAMES, dtype_from_name, shape_label
-from autotune.cli.app import dtypes_of, emit, FORMATS, kernel_spec, main
 
 
 @main.command("list")
 def list_kernels() -> None:
     """The kernels autotune knows (shipped and registered)."""
-    rows = [{"kernel": n, "description": registry.get(n).description, "space size": registry.get(n).space.size()} for n in registry.names()]
+    rows = [
+        {"kernel": n, "description": registry.get(n).description, "space size": registry.get(n).space.size()}
+        for n in registry.names()
+    ]
     emit(rows, "table")
 
 
@@ -28,27 +31,55 @@ def gpu_info() -> None:
 @main.command("bench")
 @click.argument("kernels", nargs=-1)
 @click.option("--all", "all_kernels", is_flag=True, help="Every shipped kernel, backward kernels included.")
-@click.option("--against", default="torch,compile,default", show_default=True,
-              help="Comma-separated: default (config), torch (eager), compile (torch.compile of it), vendor (library "
-                   "call), liger (Liger-Kernel's op, where installed), copy (a device copy of the bytes it must move).")
-@click.option("--backward", is_flag=True,
-              help="Time forward + backward through autograd, as training runs it (kernels with a _backward kernel).")
-@click.option("--gpu", "gpu_name", default="auto", show_default=True,
-              help="GPU whose tuned rows to measure; must be this machine's.")
-@click.option("--dtype", "dtypes", multiple=True,
-              help="Repeatable; default: all each kernel supports (fp32 alone under the interpreter).")
-@click.option("--shape", "shapes", multiple=True,
-              help="SPEC for the one kernel named, else KERNEL=SPEC (repeatable; default: presets, small ones without a GPU).")
-@click.option("--plot", "plot_path", type=click.Path(dir_okay=False), help="Also draw % of roofline per shape into this PNG.")
+@click.option(
+    "--against",
+    default="torch,compile,default",
+    show_default=True,
+    help="Comma-separated: default (config), torch (eager), compile (torch.compile of it), vendor (library "
+    "call), liger (Liger-Kernel's op, where installed), copy (a device copy of the bytes it must move).",
+)
+@click.option(
+    "--backward",
+    is_flag=True,
+    help="Time forward + backward through autograd, as training runs it (kernels with a _backward kernel).",
+)
+@click.option(
+    "--gpu",
+    "gpu_name",
+    default="auto",
+    show_default=True,
+    help="GPU whose tuned rows to measure; must be this machine's.",
+)
+@click.option(
+    "--dtype",
+    "dtypes",
+    multiple=True,
+    help="Repeatable; default: all each kernel supports (fp32 alone under the interpreter).",
+)
+@click.option(
+    "--shape",
+    "shapes",
+    multiple=True,
+    help="SPEC for the one kernel named, else KERNEL=SPEC (repeatable; default: presets, small ones without a GPU).",
+)
+@click.option(
+    "--plot", "plot_path", type=click.Path(dir_okay=False), help="Also draw % of roofline per shape into this PNG."
+)
 @click.option("--format", "fmt", type=FORMATS, default="table", show_default=True)
-@click.option("--graphs", is_flag=True,
-              help="Also time each call replayed from a CUDA graph: the GPU's time without the host's (GPU only).")
-@click.option("--out", "prefix", help="Also write PREFIX.md (the table) and PREFIX.json (every measurement), "
-                                      "updated after each shape, so a run cut short keeps what it measured.")
+@click.option(
+    "--graphs",
+    is_flag=True,
+    help="Also time each call replayed from a CUDA graph: the GPU's time without the host's (GPU only).",
+)
+@click.option(
+    "--out",
+    "prefix",
+    help="Also write PREFIX.md (the table) and PREFIX.json (every measurement), "
+    "updated after each shape, so a run cut short keeps what it measured.",
+)
 def bench(kernels, all_kernels, against, backward, gpu_name, dtypes, shapes, plot_path, graphs, fmt, prefix) -> None:
     """Time KERNEL's tuned config against its default config, PyTorch eager and torch.compile, side by side."""
-    from autotune.measure import plot
-    from autotune.measure import report
+    from autotune.measure import plot, report
 
     if all_kernels == bool(kernels):
         raise click.UsageError("name the kernels to measure, or pass --all (not both)")
@@ -77,14 +108,18 @@ def bench(kernels, all_kernels, against, backward, gpu_name, dtypes, shapes, plo
     gpu.warn_if_interpreter_timings()
 
     def progress(i: int, case) -> None:
-        click.echo(f"[{i + 1}/{len(todo.cases)}] {case.spec.name} {DTYPE_NAMES[case.dtype]} {shape_label(case.problem)}", err=True)
+        click.echo(
+            f"[{i + 1}/{len(todo.cases)}] {case.spec.name} {DTYPE_NAMES[case.dtype]} {shape_label(case.problem)}",
+            err=True,
+        )
 
     def save_so_far(partial: dict) -> None:
         partial["rows"] = report.rows(partial)
         report.save(prefix, partial, report.text(partial))
 
-    result = report.measure(todo, impls, graphs=graphs, backward=backward, on_case=progress,
-                            on_measured=save_so_far if prefix else None)
+    result = report.measure(
+        todo, impls, graphs=graphs, backward=backward, on_case=progress, on_measured=save_so_far if prefix else None
+    )
     result["rows"] = report.rows(result)
     text = report.text(result)
     if fmt == "table":
@@ -124,8 +159,20 @@ def query(kernel: str, gpu_name: str | None, dtype: str | None, db_url: str | No
     except (StoreError, FileNotFoundError) as exc:
         raise click.ClickException(str(exc)) from None
     if fmt == "table":
-        keep = ("gpu", "dtype", "bucket", "config", "time_ms", "timing", "vs_default", "vs_torch", "examples", "verified",
-                "current", "source")
+        keep = (
+            "gpu",
+            "dtype",
+            "bucket",
+            "config",
+            "time_ms",
+            "timing",
+            "vs_default",
+            "vs_torch",
+            "examples",
+            "verified",
+            "current",
+            "source",
+        )
         rows = [{k: r[k] for k in keep} for r in rows]
     if not rows and gpu_name:  # say which GPUs have rows; on stderr where stdout is for machines
         click.echo(gpus_with_rows_note(spec, gpu_name, db_url=db_url, dtype=dtype), err=fmt != "table")

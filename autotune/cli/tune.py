@@ -11,18 +11,24 @@ import click
 
 import autotune
 from autotune import gpu
+from autotune.cli.app import FORMATS, config_option, dtypes_of, emit, kernel_spec, main, open_store
 from autotune.identity import FAULTS
 from autotune.runtime import registry
 from autotune.spec import DTYPE_NAMES, shape_label
-from autotune.cli.app import config_option, dtypes_of, emit, FORMATS, kernel_spec, main, open_store
 
 
 @main.command()
 @click.argument("kernel")
 @click.option("--config", "config_json", help="Config as JSON; parameters left out take the default's values.")
-@click.option("--dtype", "dtypes", multiple=True, help="fp32, fp16 or bf16 (repeatable; default: all the kernel supports).")
-@click.option("--examples", default=100, show_default=True,
-              help="Distinct Hypothesis problems per dtype that the config applies to.")
+@click.option(
+    "--dtype", "dtypes", multiple=True, help="fp32, fp16 or bf16 (repeatable; default: all the kernel supports)."
+)
+@click.option(
+    "--examples",
+    default=100,
+    show_default=True,
+    help="Distinct Hypothesis problems per dtype that the config applies to.",
+)
 @click.option("--seed", default=0, show_default=True)
 def verify(kernel: str, config_json: str | None, dtypes: tuple[str, ...], examples: int, seed: int) -> None:
     """Check a config against float64 on Hypothesis-drawn problems; exit 1 on any failure."""
@@ -42,13 +48,18 @@ def verify(kernel: str, config_json: str | None, dtypes: tuple[str, ...], exampl
                 if failure:
                     failed_once.append(True)
                 bar.total = max(bar.total, bar.n + 1)  # shrinking a failure runs problems past those asked
-                bar.set_postfix_str(("shrinking a failure: " if failed_once else "") + shape_label(problem), refresh=False)
+                bar.set_postfix_str(
+                    ("shrinking a failure: " if failed_once else "") + shape_label(problem), refresh=False
+                )
                 bar.update(1)
                 bar.refresh()  # each problem drawn: checks are slow enough, and the count is what a user waits on
 
             result = run_verify(spec, config, dtype, examples=examples, seed=seed, on_check=checked)
-        click.echo(f"{label}: {'pass' if result.passed else 'FAIL'}, {result.examples} problems checked "
-                   f"in {time.monotonic() - started:.1f} s", err=True)
+        click.echo(
+            f"{label}: {'pass' if result.passed else 'FAIL'}, {result.examples} problems checked "
+            f"in {time.monotonic() - started:.1f} s",
+            err=True,
+        )
         failed |= not result.passed
         rows.append(
             {
@@ -71,36 +82,92 @@ def verify(kernel: str, config_json: str | None, dtypes: tuple[str, ...], exampl
 @click.option("--gpu", "gpu_name", default="auto", show_default=True, help="GPU to tune for; must be this machine's.")
 @click.option("--dtype", "dtypes", multiple=True, help="Repeatable; default: all the kernel supports.")
 @click.option("--shape", "shapes", multiple=True, help="Problem shape like 4096x8192 (repeatable; default: presets).")
-@click.option("--trials", default=50, show_default=True,
-              help="Distinct configs evaluated per study (repeats and configs the constraints reject not counted).")
+@click.option(
+    "--trials",
+    default=50,
+    show_default=True,
+    help="Distinct configs evaluated per study (repeats and configs the constraints reject not counted).",
+)
 @click.option("--timeout", type=float, help="Seconds per study.")
 @click.option("--sampler", type=click.Choice(["tpe", "gp", "random", "grid"]), default="tpe", show_default=True)
 @click.option("--db", "db_url", help="Config database: path or SQLAlchemy URL (default: $AUTOTUNE_DB or ~/.cache).")
-@click.option("--storage", help="Shared Optuna storage: SQLAlchemy URL (several hosts) or journal file path (one host).")
+@click.option(
+    "--storage", help="Shared Optuna storage: SQLAlchemy URL (several hosts) or journal file path (one host)."
+)
 @click.option("--workers", type=click.IntRange(min=1), help="Worker processes on one shared study: one GPU each.")
 @click.option("--gpus", help="Comma-separated GPU indices: one worker process on each.")
-@click.option("--heartbeat", type=click.IntRange(min=1),
-              help="Seconds between a worker's heartbeats on a server storage (default 10); a trial 3 beats late is retried.")
-@click.option("--examples", default=20, show_default=True,
-              help="Distinct Hypothesis problems per trial that its config applies to.")
-@click.option("--final-examples", default=100, show_default=True, type=click.IntRange(min=1),
-              help="Distinct problems (on another seed) the fastest configs are re-verified on before one is stored.")
+@click.option(
+    "--heartbeat",
+    type=click.IntRange(min=1),
+    help="Seconds between a worker's heartbeats on a server storage (default 10); a trial 3 beats late is retried.",
+)
+@click.option(
+    "--examples",
+    default=20,
+    show_default=True,
+    help="Distinct Hypothesis problems per trial that its config applies to.",
+)
+@click.option(
+    "--final-examples",
+    default=100,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="Distinct problems (on another seed) the fastest configs are re-verified on before one is stored.",
+)
 @click.option("--seed", default=0, show_default=True)
-@click.option("--compile-workers", type=click.IntRange(min=0),
-              help="Processes compiling candidates ahead (default: up to 8 on a GPU, none under the interpreter).")
-@click.option("--isolate/--no-isolate", default=None,
-              help="Compile, verify and time each config in a worker process that a crash or hang cannot take down "
-                   "(default: on a GPU, or with --trial-timeout).")
-@click.option("--trial-timeout", type=click.FloatRange(min=0, min_open=True),
-              help="Seconds one config may take in the worker before it is killed and recorded as timeout [default: 300].")
-@click.option("--warm-start", "warm_start", multiple=True, metavar="CONFIG",
-              help="A config to try first, as JSON (keys left out take the default's), e.g. one of a triton.autotune "
-                   "list; repeatable. Verified and timed like every trial.")
-@click.option("--cold", is_flag=True,
-              help="Start from the space alone (its default and its own starts), taking no database's rows as first trials.")
+@click.option(
+    "--compile-workers",
+    type=click.IntRange(min=0),
+    help="Processes compiling candidates ahead (default: up to 8 on a GPU, none under the interpreter).",
+)
+@click.option(
+    "--isolate/--no-isolate",
+    default=None,
+    help="Compile, verify and time each config in a worker process that a crash or hang cannot take down "
+    "(default: on a GPU, or with --trial-timeout).",
+)
+@click.option(
+    "--trial-timeout",
+    type=click.FloatRange(min=0, min_open=True),
+    help="Seconds one config may take in the worker before it is killed and recorded as timeout [default: 300].",
+)
+@click.option(
+    "--warm-start",
+    "warm_start",
+    multiple=True,
+    metavar="CONFIG",
+    help="A config to try first, as JSON (keys left out take the default's), e.g. one of a triton.autotune "
+    "list; repeatable. Verified and timed like every trial.",
+)
+@click.option(
+    "--cold",
+    is_flag=True,
+    help="Start from the space alone (its default and its own starts), taking no database's rows as first trials.",
+)
 @click.option("--format", "fmt", type=FORMATS, default="table", show_default=True)
-def search(kernel, gpu_name, dtypes, shapes, trials, timeout, sampler, db_url, storage, workers, gpus, heartbeat, examples,
-           final_examples, seed, compile_workers, isolate, trial_timeout, warm_start, cold, fmt) -> None:
+def search(
+    kernel,
+    gpu_name,
+    dtypes,
+    shapes,
+    trials,
+    timeout,
+    sampler,
+    db_url,
+    storage,
+    workers,
+    gpus,
+    heartbeat,
+    examples,
+    final_examples,
+    seed,
+    compile_workers,
+    isolate,
+    trial_timeout,
+    warm_start,
+    cold,
+    fmt,
+) -> None:
     """Tune KERNEL on this GPU: one Optuna study per dtype and shape bucket; store the best."""
     from tqdm import tqdm
 
@@ -132,11 +199,22 @@ def search(kernel, gpu_name, dtypes, shapes, trials, timeout, sampler, db_url, s
     gpu.warn_if_interpreter_timings()
     if storage or workers or gpus:
         if compile_workers:
-            raise click.UsageError("--compile-workers is for a one-process search; not with --storage, --workers or --gpus")
+            raise click.UsageError(
+                "--compile-workers is for a one-process search; not with --storage, --workers or --gpus"
+            )
         jobs = [(problem, dtype) for dtype in dtypes_of(dtypes, spec) for problem in problems]
-        options = SearchOptions(gpu_name=gpu_name, trials=trials, timeout=timeout, sampler=sampler, seed=seed,
-                                examples=examples, final_examples=final_examples, warm_start=warm_start, cold=cold,
-                                **({"heartbeat_s": heartbeat} if heartbeat else {}))
+        options = SearchOptions(
+            gpu_name=gpu_name,
+            trials=trials,
+            timeout=timeout,
+            sampler=sampler,
+            seed=seed,
+            examples=examples,
+            final_examples=final_examples,
+            warm_start=warm_start,
+            cold=cold,
+            **({"heartbeat_s": heartbeat} if heartbeat else {}),
+        )
         emit([_search_row(spec, r) for r in _search_shared(spec, jobs, db_url, storage, workers, gpus, options)], fmt)
         return
     rows = []
@@ -161,18 +239,35 @@ def search(kernel, gpu_name, dtypes, shapes, trials, timeout, sampler, db_url, s
 
                     def final_checked(config, verdict, seconds):
                         outcome = "passed" if verdict.passed else f"failed: {verdict.explain()}"
-                        bar.write(f"{label}: final check of {json.dumps(config)}: {outcome} "
-                                  f"({verdict.examples} problems, {seconds:.1f} s)", file=sys.stderr)
+                        bar.write(
+                            f"{label}: final check of {json.dumps(config)}: {outcome} "
+                            f"({verdict.examples} problems, {seconds:.1f} s)",
+                            file=sys.stderr,
+                        )
 
                     options = SearchOptions(
-                        gpu_name=gpu_name, trials=trials, timeout=timeout, sampler=sampler, seed=seed, examples=examples,
-                        final_examples=final_examples, isolate=isolate, trial_timeout=trial_timeout,
-                        warm_start=warm_start, cold=cold, on_trial=tick, on_final_check=final_checked,
+                        gpu_name=gpu_name,
+                        trials=trials,
+                        timeout=timeout,
+                        sampler=sampler,
+                        seed=seed,
+                        examples=examples,
+                        final_examples=final_examples,
+                        isolate=isolate,
+                        trial_timeout=trial_timeout,
+                        warm_start=warm_start,
+                        cold=cold,
+                        on_trial=tick,
+                        on_final_check=final_checked,
                     )
-                    result = run_search(spec, problem, dtype, options, store=store, storage=storage, compile_workers=pool)
+                    result = run_search(
+                        spec, problem, dtype, options, store=store, storage=storage, compile_workers=pool
+                    )
                 phases = ", ".join(f"{k} {v:.1f}" for k, v in result.seconds.items())
-                click.echo(f"{label}: {result.evaluated_summary()}; {result.compiled_ahead} compiled ahead; seconds: {phases}",
-                           err=True)
+                click.echo(
+                    f"{label}: {result.evaluated_summary()}; {result.compiled_ahead} compiled ahead; seconds: {phases}",
+                    err=True,
+                )
                 rows.append(_search_row(spec, result))
     emit(rows, fmt)
     if any(r["best config"] is None for r in rows):
@@ -180,15 +275,28 @@ def search(kernel, gpu_name, dtypes, shapes, trials, timeout, sampler, db_url, s
 
 
 @main.command()
-@click.option("--kernel", "kernels", multiple=True,
-              help="Only this kernel (repeatable; a name or module:attr path; default: every shipped and registered one).")
+@click.option(
+    "--kernel",
+    "kernels",
+    multiple=True,
+    help="Only this kernel (repeatable; a name or module:attr path; default: every shipped and registered one).",
+)
 @click.option("--budget", default="1h", show_default=True, help="Time for the whole run: 2h, 20m, 90s, 1h30m.")
 @click.option("--db", "db_url", help="Database to store into and resume from (default: $AUTOTUNE_DB or ~/.cache).")
-@click.option("--dtype", "dtypes", multiple=True, help="Only this dtype (repeatable; default: every one each kernel supports).")
-@click.option("--trials", default=1000, show_default=True, help="Most trials per study (the budget usually ends it first).")
+@click.option(
+    "--dtype", "dtypes", multiple=True, help="Only this dtype (repeatable; default: every one each kernel supports)."
+)
+@click.option(
+    "--trials", default=1000, show_default=True, help="Most trials per study (the budget usually ends it first)."
+)
 @click.option("--examples", default=20, show_default=True, help="Distinct problems each trial's config is verified on.")
-@click.option("--final-examples", default=100, show_default=True, type=click.IntRange(min=1),
-              help="Distinct problems (another seed) each winner is re-verified on before it is stored.")
+@click.option(
+    "--final-examples",
+    default=100,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="Distinct problems (another seed) each winner is re-verified on before it is stored.",
+)
 @click.option("--format", "fmt", type=FORMATS, default="table", show_default=True)
 def retune(kernels, budget, db_url, dtypes, trials, examples, final_examples, fmt) -> None:
     """Tune every kernel's presets in every dtype on this GPU within one time budget; run again to continue."""
@@ -215,13 +323,22 @@ def retune(kernels, budget, db_url, dtypes, trials, examples, final_examples, fm
             bar.update(1)
 
         try:
-            report = retuning.retune(specs, budget_s=budget_s, store=store, options=options,
-                                     dtypes=dtypes_of(dtypes, None), compile_workers=default_workers(),
-                                     on_start=started, on_done=done)
+            report = retuning.retune(
+                specs,
+                budget_s=budget_s,
+                store=store,
+                options=options,
+                dtypes=dtypes_of(dtypes, None),
+                compile_workers=default_workers(),
+                on_start=started,
+                on_done=done,
+            )
         except gpu.GPUMismatchError as exc:
             raise click.ClickException(str(exc)) from None
-    counts = ", ".join(f"{report.count(s)} {s}" for s in (retuning.STORED, retuning.KEPT, retuning.NOT_FOUND,
-                                                           retuning.NOT_RUN, retuning.FAILED))
+    counts = ", ".join(
+        f"{report.count(s)} {s}"
+        for s in (retuning.STORED, retuning.KEPT, retuning.NOT_FOUND, retuning.NOT_RUN, retuning.FAILED)
+    )
     click.echo(f"retune on {report.gpu}: {len(report.outcomes)} studies in {budget}: {counts}", err=True)
     emit([o.row() for o in report.outcomes], fmt)
     if report.interrupted:
@@ -252,16 +369,27 @@ def _search_shared(spec, jobs, db_url, storage, workers, gpus, options) -> list:
             bar.update(done - bar.n)
 
         try:
-            results = search_parallel(spec, jobs, options, workers=workers or 1, gpus=gpu_indices, storage=storage,
-                                      store=store, on_progress=progress)
+            results = search_parallel(
+                spec,
+                jobs,
+                options,
+                workers=workers or 1,
+                gpus=gpu_indices,
+                storage=storage,
+                store=store,
+                on_progress=progress,
+            )
         except ValueError as exc:
             raise click.ClickException(str(exc)) from None
     for r in results:
         for outcome in r.trials:
             if outcome.outcome in FAULTS:
                 click.echo(_fault_line(r.study_name, outcome), err=True)
-        click.echo(f"{r.study_name}: {r.evaluations} evaluated in {len(r.trials)} trials; seconds: "
-                   + ", ".join(f"{k} {v:.1f}" for k, v in r.seconds.items()), err=True)
+        click.echo(
+            f"{r.study_name}: {r.evaluations} evaluated in {len(r.trials)} trials; seconds: "
+            + ", ".join(f"{k} {v:.1f}" for k, v in r.seconds.items()),
+            err=True,
+        )
     if any(r.best_config is None for r in results):
         emit([_search_row(spec, r) for r in results], "table")
         raise click.ClickException("no verified config found for some studies (see the table)")
@@ -270,8 +398,12 @@ def _search_shared(spec, jobs, db_url, storage, workers, gpus, options) -> list:
 
 @main.command()
 @click.option("--storage", required=True, help="The Optuna storage the studies live in (as given to search).")
-@click.option("--study", "studies", multiple=True, help="Study to work on (repeatable; default: every autotune study there).")
-@click.option("--worker-index", type=click.IntRange(min=0), help="Makes this worker's sampler seed its own (default: process id).")
+@click.option(
+    "--study", "studies", multiple=True, help="Study to work on (repeatable; default: every autotune study there)."
+)
+@click.option(
+    "--worker-index", type=click.IntRange(min=0), help="Makes this worker's sampler seed its own (default: process id)."
+)
 def worker(storage: str, studies: tuple[str, ...], worker_index: int | None) -> None:
     """Join shared search studies and run their trials until each budget is spent."""
     from autotune.engine.worker import run_worker
@@ -282,8 +414,6 @@ def worker(storage: str, studies: tuple[str, ...], worker_index: int | None) -> 
         raise click.ClickException(str(exc)) from None
     for name, count in ran.items():
         click.echo(f"{name}: {count} trial(s) run here")
-
-
 
 
 def _fault_line(label: str, outcome) -> str:
@@ -298,7 +428,9 @@ def _search_row(spec: autotune.KernelSpec, r) -> dict:
         "bucket": r.bucket,
         "best config": json.dumps(r.best_config) if r.best_config else None,
         "ms": r.best_ms,
-        "rate": "n/a (interpreter)" if r.gpu == gpu.CPU_INTERPRETER else (r.rate.headline(spec.bound) if r.rate else ""),
+        "rate": "n/a (interpreter)"
+        if r.gpu == gpu.CPU_INTERPRETER
+        else (r.rate.headline(spec.bound) if r.rate else ""),
         "vs default": r.speedup_vs_default,
         "vs torch": r.speedup_vs_baseline,
         "trials": r.tally().describe(),

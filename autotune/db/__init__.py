@@ -2,9 +2,9 @@
 
 from pathlib import Path
 
-from autotune.db.models import SCHEMA_VERSION
 from autotune.db.connect import as_url, default_url, masked_url, sqlite_path
 from autotune.db.errors import MergeError, SchemaVersionError, StoreError, UnreadableRowWarning
+from autotune.db.models import SCHEMA_VERSION
 from autotune.db.rows import BestRow, TrialRow
 from autotune.db.store import ConfigStore, rows_to_merge
 

@@ -10,19 +10,17 @@ import urllib.parse
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import (Connection, Engine, URL, create_engine, event, insert, inspect, make_url,
-                        select, update)
+from sqlalchemy import URL, Connection, Engine, create_engine, event, insert, inspect, make_url, select, update
 from sqlalchemy.exc import ArgumentError, IntegrityError, OperationalError, ProgrammingError
 
 from autotune.db import migrations
-from autotune.db.models import SCHEMA_VERSION, Base, BestConfig, SchemaInfo, TrialRecord
 from autotune.db.errors import SchemaVersionError, StoreError
+from autotune.db.models import SCHEMA_VERSION, Base, BestConfig, SchemaInfo, TrialRecord
 from autotune.db.rows import BEST_FIELDS
 
 _BUSY_TIMEOUT_MS = 30_000
 WRITE_RETRIES = 5
 IMMEDIATE = "autotune_begin_immediate"  # execution option read by the SQLite begin hook
-
 
 
 def masked_url(url: str | URL) -> str:
@@ -32,8 +30,6 @@ def masked_url(url: str | URL) -> str:
         return str(url) if parsed.password is None else parsed.render_as_string(hide_password=True)
     except (ArgumentError, ValueError):
         return re.sub(r"(://[^:/@]*):[^@/]*@", r"\1:***@", str(url))
-
-
 
 
 def default_url() -> str:
@@ -73,7 +69,9 @@ def in_memory(url: str | URL) -> bool:
         return False
     database = parsed.database or ""
     return parsed.get_backend_name() == "sqlite" and (
-        database in ("", ":memory:") or database.startswith("file::memory:") or "mode=memory" in database
+        database in ("", ":memory:")
+        or database.startswith("file::memory:")
+        or "mode=memory" in database
         or parsed.query.get("mode") == "memory"
     )
 

@@ -61,10 +61,15 @@ def as_triton_module(kernel: str, gpu: str, rows: Sequence[BestRow], *, source: 
     """A Python module: per (dtype, bucket) a list named like FP16_N_8192 holding its tuned triton.Config,
     `CONFIGS[(dtype, bucket)]` over them, and `ALL_CONFIGS` (each distinct config once, for one
     `@triton.autotune(configs=ALL_CONFIGS, key=[...])` that picks among the tuned winners per shape)."""
-    lines = [f'"""Tuned configs of {_words(kernel)} on {_words(gpu)}, exported by autotune{_words(source)}.', "",
-             "@triton.autotune(configs=ALL_CONFIGS, key=[...]) picks among them per shape; CONFIGS[(dtype, bucket)]",
-             'holds one bucket\'s list (buckets as autotune keys them: sizes rounded up to powers of two)."""', "",
-             "import triton", ""]
+    lines = [
+        f'"""Tuned configs of {_words(kernel)} on {_words(gpu)}, exported by autotune{_words(source)}.',
+        "",
+        "@triton.autotune(configs=ALL_CONFIGS, key=[...]) picks among them per shape; CONFIGS[(dtype, bucket)]",
+        'holds one bucket\'s list (buckets as autotune keys them: sizes rounded up to powers of two)."""',
+        "",
+        "import triton",
+        "",
+    ]
     names, seen, distinct = {}, set(), []
     for row in sorted(rows, key=lambda r: (r.dtype, r.bucket)):
         config = _config(row)
@@ -73,8 +78,10 @@ def as_triton_module(kernel: str, gpu: str, rows: Sequence[BestRow], *, source: 
             name += "_"
         names[(row.dtype, row.bucket)] = name
         text = _triton_config(config)
-        lines.append(f"{name} = [{text}]  # {row.time_ms:.4g} ms" + (f", {row.speedup_vs_default:.3g}x the default"
-                                                                   if row.speedup_vs_default else ""))
+        lines.append(
+            f"{name} = [{text}]  # {row.time_ms:.4g} ms"
+            + (f", {row.speedup_vs_default:.3g}x the default" if row.speedup_vs_default else "")
+        )
         if text not in seen:
             seen.add(text)
             distinct.append(name)

@@ -18,6 +18,7 @@ TIMINGS = ("graph", "do_bench", "wall")
 alone; do_bench of the call itself, host time included wherever it outlasts the L2 clear (a call that cannot be
 captured, and every search before the graph timing); wall clock under the interpreter. None: not recorded."""
 
+
 def now() -> datetime:
     return datetime.now(timezone.utc)
 
@@ -76,7 +77,9 @@ class BestRow:
     @property
     def verify_failure(self) -> dict[str, Any] | None:
         """Why the latest re-verification failed (the minimal failing problem and the reason), if it did."""
-        return None if self.verify_failure_json is None else json_object(self.verify_failure_json, "verify_failure_json")
+        return (
+            None if self.verify_failure_json is None else json_object(self.verify_failure_json, "verify_failure_json")
+        )
 
     @property
     def recorded_failure(self) -> tuple[dict[str, Any], int] | None:
@@ -153,8 +156,18 @@ def _check_aware(value: Any, what: str = "created_at") -> None:
         raise ValueError(f"{what} must be a timezone-aware datetime, got {value!r}")
 
 
-_TEXT_FIELDS = ("kernel", "source_hash", "gpu", "device_name", "dtype", "bucket", "config_json", "problem_json",
-                "triton_version", "torch_version")
+_TEXT_FIELDS = (
+    "kernel",
+    "source_hash",
+    "gpu",
+    "device_name",
+    "dtype",
+    "bucket",
+    "config_json",
+    "problem_json",
+    "triton_version",
+    "torch_version",
+)
 
 
 def check_types(row: BestRow) -> None:
@@ -189,7 +202,9 @@ def check_best(row: BestRow) -> None:
         raise ValueError(f"timing must be one of {TIMINGS} or None, got {row.timing!r}")
     if row.examples_verified < 0:
         raise ValueError(f"examples_verified must be >= 0, got {row.examples_verified}")
-    check_verification(row.verified_at, row.verify_seed, row.verify_examples, row.verify_passed, row.verify_failure_json)
+    check_verification(
+        row.verified_at, row.verify_seed, row.verify_examples, row.verify_passed, row.verify_failure_json
+    )
 
 
 def check_verification(

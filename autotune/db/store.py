@@ -10,16 +10,36 @@ from datetime import datetime
 from types import TracebackType
 from typing import Any, TypeVar
 
-from sqlalchemy import (Select, URL, delete, select, update)
+from sqlalchemy import URL, Select, delete, select, update
 from sqlalchemy.exc import ArgumentError, DBAPIError, IntegrityError
 from sqlalchemy.orm import Session
 
-from autotune.db.models import SCHEMA_VERSION, BestConfig, TrialRecord
-from autotune.db.connect import (IMMEDIATE, WRITE_RETRIES, as_url, default_url, in_memory, masked_url, open_engine,
-                                 prepare, readable_fields, where_of)
+from autotune.db.connect import (
+    IMMEDIATE,
+    WRITE_RETRIES,
+    as_url,
+    default_url,
+    in_memory,
+    masked_url,
+    open_engine,
+    prepare,
+    readable_fields,
+    where_of,
+)
 from autotune.db.errors import MergeError, StoreError, UnreadableRowWarning
-from autotune.db.rows import (BestRow, TrialRow, check_best, check_trial, check_types, check_verification,
-                              driver_said, json_object, now, row_values)
+from autotune.db.models import SCHEMA_VERSION, BestConfig, TrialRecord
+from autotune.db.rows import (
+    BestRow,
+    TrialRow,
+    check_best,
+    check_trial,
+    check_types,
+    check_verification,
+    driver_said,
+    json_object,
+    now,
+    row_values,
+)
 
 T = TypeVar("T")
 
@@ -92,8 +112,10 @@ class ConfigStore:
         except (ArgumentError, ValueError) as exc:  # NoSuchModuleError is an ArgumentError
             raise StoreError(f"{self.where} is not a database URL autotune can open: {exc}") from None
         except ImportError as exc:
-            raise StoreError(f"{self.where}: its database driver is not installed ({exc}); for PostgreSQL, "
-                             "pip install 'autotune[postgres]'") from None
+            raise StoreError(
+                f"{self.where}: its database driver is not installed ({exc}); for PostgreSQL, "
+                "pip install 'autotune[postgres]'"
+            ) from None
         except DBAPIError as exc:
             raise StoreError(f"cannot open {self.where}: {driver_said(exc)}") from None
         self._writer = self._engine.execution_options(**{IMMEDIATE: True})
@@ -189,8 +211,11 @@ class ConfigStore:
                         rows.append(_decoded(s.execute(query.where(BestConfig.id == key.id)).one()._asdict()))
                     except (ValueError, TypeError) as exc:
                         column = _unreadable_column(s, query, key.id)
-                        unreadable.append(f"row {key.id} ({key.kernel} {key.dtype} {key.bucket}): "
-                                          + (f"{column}: " if column and column not in str(exc) else "") + str(exc))
+                        unreadable.append(
+                            f"row {key.id} ({key.kernel} {key.dtype} {key.bucket}): "
+                            + (f"{column}: " if column and column not in str(exc) else "")
+                            + str(exc)
+                        )
                 return rows, unreadable
         except DBAPIError as exc:
             raise StoreError(f"cannot read {self.where}: {driver_said(exc)}") from None
@@ -210,8 +235,13 @@ class ConfigStore:
         at = at or now()
         check_verification(at, seed, examples, passed, failure_json)
         stored = update(BestConfig).filter_by(**{k: getattr(row, k) for k in _KEY}, config_json=row.config_json)
-        values = dict(verified_at=at, verify_seed=seed, verify_examples=examples, verify_passed=passed,
-                      verify_failure_json=failure_json)
+        values = dict(
+            verified_at=at,
+            verify_seed=seed,
+            verify_examples=examples,
+            verify_passed=passed,
+            verify_failure_json=failure_json,
+        )
         return self._write(lambda s: s.execute(stored.values(**values)).rowcount == 1)
 
     def record_trials(self, rows: Sequence[TrialRow]) -> None:
@@ -249,7 +279,8 @@ class ConfigStore:
         kernel: str | None = None,
         keep: Callable[[BestRow], bool] | None = None,
     ) -> int:
-        """Write the selected best rows (those `keep` accepts, if given) to a new SQLite file at path; returns how many."""
+        """Write the selected best rows (those `keep` accepts, if given)
+        to a new SQLite file at path; returns how many."""
         rows = [row for row in self.best_rows(kernel=kernel, gpu=gpu) if keep is None or keep(row)]
         target = os.path.abspath(path)
         open(target, "x").close()  # claims the path atomically; FileExistsError if taken

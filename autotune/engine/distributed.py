@@ -21,8 +21,17 @@ from autotune import gpu
 from autotune.db import ConfigStore
 from autotune.engine.evaluate import Evaluator
 from autotune.engine.outcome import evaluated
-from autotune.engine.plan import (MAX_RETRIES, SearchOptions, budget_spent, check_gpu, check_request, check_store,
-                                  create_study, open_storage, plan_of)
+from autotune.engine.plan import (
+    MAX_RETRIES,
+    SearchOptions,
+    budget_spent,
+    check_gpu,
+    check_request,
+    check_store,
+    create_study,
+    open_storage,
+    plan_of,
+)
 from autotune.engine.precompile import importable_name
 from autotune.engine.result import SearchResult, conclude_study
 from autotune.engine.study import WORKER_ATTR
@@ -82,12 +91,21 @@ def search_parallel(
         started = time.perf_counter()
         _Supervisor(url, names, devices, on_progress).run()
         seconds = time.perf_counter() - started
-        return [conclude_shared(url, name, store=store, final_examples=options.final_examples, seconds=seconds)
-                for name in names]
+        return [
+            conclude_shared(url, name, store=store, final_examples=options.final_examples, seconds=seconds)
+            for name in names
+        ]
 
 
-def create_shared_study(spec: KernelSpec, problem: Problem, dtype: torch.dtype, storage: str,
-                        options: SearchOptions = SearchOptions(), *, store: ConfigStore | None = None) -> str:
+def create_shared_study(
+    spec: KernelSpec,
+    problem: Problem,
+    dtype: torch.dtype,
+    storage: str,
+    options: SearchOptions = SearchOptions(),
+    *,
+    store: ConfigStore | None = None,
+) -> str:
     """Create (or extend, with options.trials more evaluations) the study of problem in storage, for worker
     processes to run; returns its name, all a worker needs besides the storage."""
     if importable_name(spec) is None:
@@ -106,8 +124,15 @@ def conclude_shared(
     study = optuna.load_study(study_name=name, storage=open_storage(storage))
     plan = plan_of(study)
     info = check_gpu(plan.gpu)
-    evaluator = Evaluator(plan.spec(), plan.problem, plan.torch_dtype, examples=plan.examples, seed=plan.seed,
-                          max_numel=plan.max_numel, known_failures=plan.failures())
+    evaluator = Evaluator(
+        plan.spec(),
+        plan.problem,
+        plan.torch_dtype,
+        examples=plan.examples,
+        seed=plan.seed,
+        max_numel=plan.max_numel,
+        known_failures=plan.failures(),
+    )
     evaluator.seconds["search"] = seconds
     return conclude_study(study, plan, evaluator, info, store=store, final_examples=final_examples)
 
@@ -170,7 +195,9 @@ class _Supervisor:
         unfinished = not all(budget_spent(s, p) for s, p in zip(self.studies, self.plans))
         if unfinished and slot.restarts < MAX_RESTARTS:
             slot.restarts += 1
-            log.warning("worker %d exited with %d; %d trial(s) queued again; restarting it", index, process.returncode, retried)
+            log.warning(
+                "worker %d exited with %d; %d trial(s) queued again; restarting it", index, process.returncode, retried
+            )
             self._start(index, slot)
 
     def _retry_trials_of(self, worker: str) -> int:

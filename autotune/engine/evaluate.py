@@ -11,8 +11,15 @@ import optuna
 import torch
 
 from autotune.engine.outcome import TrialOutcome
-from autotune.gate.verify import (KnownFailure, ReferenceCache, VerifyResult, check_problem, draw_problems, outputs_like,
-                                  verify)
+from autotune.gate.verify import (
+    KnownFailure,
+    ReferenceCache,
+    VerifyResult,
+    check_problem,
+    draw_problems,
+    outputs_like,
+    verify,
+)
 from autotune.identity import Outcome, config_key
 from autotune.measure import bench
 from autotune.space import Config, Problem
@@ -24,8 +31,17 @@ COMPILE_ERRORS = ("CompilationError", "OutOfResources", "CompileTimeAssertionFai
 class Evaluator:
     """Runs the gate then the timing for configs on one problem, once per distinct config."""
 
-    def __init__(self, spec: KernelSpec, problem: Problem, dtype: torch.dtype, *, examples: int, seed: int, max_numel: int,
-                 known_failures: Sequence[KnownFailure] = ()):
+    def __init__(
+        self,
+        spec: KernelSpec,
+        problem: Problem,
+        dtype: torch.dtype,
+        *,
+        examples: int,
+        seed: int,
+        max_numel: int,
+        known_failures: Sequence[KnownFailure] = (),
+    ):
         self.spec, self.problem, self.dtype = spec, spec.problem_for(problem, dtype), dtype
         self.examples, self.seed, self.max_numel = examples, seed, max_numel
         self.known_failures = list(known_failures)  # checked on every config first (the bucket's flagged rows')
@@ -57,8 +73,16 @@ class Evaluator:
 
     def reverify(self, config: Config, *, examples: int, seed: int) -> VerifyResult:
         """The winner's final gate: a fresh check with more examples and another seed."""
-        return verify(self.spec, config, self.dtype, examples=examples, seed=seed, max_numel=self.max_numel,
-                      extra_problems=self.edges, known_failures=self.known_failures)
+        return verify(
+            self.spec,
+            config,
+            self.dtype,
+            examples=examples,
+            seed=seed,
+            max_numel=self.max_numel,
+            extra_problems=self.edges,
+            known_failures=self.known_failures,
+        )
 
     def problem_config(self, trial: optuna.Trial) -> Config:
         """The config a trial proposes for this problem (asking again later returns the same)."""
@@ -70,8 +94,18 @@ class Evaluator:
         seen so far (the same seed draws the same problems for every config that passes): before the first
         config is checked, those drawn for the default config."""
         if self._drawn is None:
-            self._drawn = [p for p in draw_problems(self.spec, self.spec.space.default, self.dtype, examples=self.examples,
-                                                    seed=self.seed, max_numel=self.max_numel) if p not in self.edges]
+            self._drawn = [
+                p
+                for p in draw_problems(
+                    self.spec,
+                    self.spec.space.default,
+                    self.dtype,
+                    examples=self.examples,
+                    seed=self.seed,
+                    max_numel=self.max_numel,
+                )
+                if p not in self.edges
+            ]
         return [self.problem, *self.edges, *self._drawn]
 
     def problems_for(self, config: Config) -> list[Problem]:
@@ -79,8 +113,9 @@ class Evaluator:
         draws `verify` makes for it. A config whose constraints reject some draws gets others than the
         default's (matmul steers the draws of large tiles to the sizes they run on), each a Triton
         specialization to compile."""
-        drawn = draw_problems(self.spec, config, self.dtype, examples=self.examples, seed=self.seed,
-                              max_numel=self.max_numel)
+        drawn = draw_problems(
+            self.spec, config, self.dtype, examples=self.examples, seed=self.seed, max_numel=self.max_numel
+        )
         return [self.problem, *self.edges, *(p for p in drawn if p not in self.edges)]
 
     def is_new(self, config: Config) -> bool:
@@ -113,8 +148,15 @@ class Evaluator:
             kind = Outcome.COMPILE_ERROR if failure.reason.startswith(COMPILE_ERRORS) else Outcome(failure.kind)
             return TrialOutcome(number, config, kind, failure.reason, example=failure.problem)
         result = verify(
-            self.spec, config, self.dtype, examples=self.examples, seed=self.seed, max_numel=self.max_numel,
-            extra_problems=self.edges, cache=self.references, known_failures=self.known_failures,
+            self.spec,
+            config,
+            self.dtype,
+            examples=self.examples,
+            seed=self.seed,
+            max_numel=self.max_numel,
+            extra_problems=self.edges,
+            cache=self.references,
+            known_failures=self.known_failures,
         )
         if result.failure is not None:
             f = result.failure

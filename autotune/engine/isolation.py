@@ -32,14 +32,14 @@ from multiprocessing.connection import wait
 import torch
 
 from autotune import gpu
-from autotune.runtime import registry
-from autotune.engine.precompile import START_TIMEOUT_S, importable_name
 from autotune.engine.evaluate import Evaluator
 from autotune.engine.outcome import TrialOutcome
-from autotune.space import Config, Problem
-from autotune.spec import DTYPE_NAMES, KernelSpec, dtype_from_name
+from autotune.engine.precompile import START_TIMEOUT_S, importable_name
 from autotune.gate.verify import Failure, KnownFailure, VerifyResult
 from autotune.identity import Outcome, config_key
+from autotune.runtime import registry
+from autotune.space import Config, Problem
+from autotune.spec import DTYPE_NAMES, KernelSpec, dtype_from_name
 
 DEFAULT_TRIAL_TIMEOUT_S = 300.0
 """Per-config limit on compiling (unless compiled ahead), verifying and timing it. Generous: a config
@@ -93,7 +93,8 @@ def use_isolation(isolate: bool | None, trial_timeout: float | None, spec: Kerne
         warnings.warn(
             f"kernel {spec.name!r} cannot be loaded by a worker process (define its KernelSpec at the top level "
             "of a module): its configs run in this process, unprotected from crashes and hangs",
-            RuntimeWarning, stacklevel=3,
+            RuntimeWarning,
+            stacklevel=3,
         )
         return False
     return True
@@ -135,8 +136,18 @@ class IsolatedEvaluator(Evaluator):
     """An Evaluator whose configs compile, verify and run in a worker process, each within `trial_timeout`
     seconds; the worker also times PyTorch's baseline and re-verifies the winner."""
 
-    def __init__(self, spec: KernelSpec, problem: Problem, dtype: torch.dtype, *, examples: int, seed: int,
-                 max_numel: int, trial_timeout: float | None = None, known_failures: Sequence[KnownFailure] = ()):
+    def __init__(
+        self,
+        spec: KernelSpec,
+        problem: Problem,
+        dtype: torch.dtype,
+        *,
+        examples: int,
+        seed: int,
+        max_numel: int,
+        trial_timeout: float | None = None,
+        known_failures: Sequence[KnownFailure] = (),
+    ):
         name = worker_name(spec)
         if name is None:
             raise ValueError(
@@ -147,8 +158,9 @@ class IsolatedEvaluator(Evaluator):
         self.trial_timeout = DEFAULT_TRIAL_TIMEOUT_S if trial_timeout is None else float(trial_timeout)
         self._args = (name, problem, DTYPE_NAMES[dtype], examples, seed, max_numel, list(known_failures))
         self._worker: _Worker | None = None
-        super().__init__(spec, problem, dtype, examples=examples, seed=seed, max_numel=max_numel,
-                         known_failures=known_failures)
+        super().__init__(
+            spec, problem, dtype, examples=examples, seed=seed, max_numel=max_numel, known_failures=known_failures
+        )
 
     def _prepare(self) -> None:
         reason = self._start()
@@ -200,7 +212,7 @@ class IsolatedEvaluator(Evaluator):
         if examples_passed is not None:
             self.examples_passed[config_key(config)] = examples_passed
         if not self._drawn:
-            self._drawn = problems_run[1 + len(self.edges):]
+            self._drawn = problems_run[1 + len(self.edges) :]
         for phase, spent in seconds.items():
             self.seconds[phase] = self.seconds.get(phase, 0.0) + spent
         return outcome
@@ -304,11 +316,25 @@ def _exit_description(code: int | None) -> str:
     return f"exited with code {code}"
 
 
-def _build(name: str, problem: Problem, dtype_name: str, examples: int, seed: int, max_numel: int,
-           known_failures: Sequence[KnownFailure] = ()) -> Evaluator:
+def _build(
+    name: str,
+    problem: Problem,
+    dtype_name: str,
+    examples: int,
+    seed: int,
+    max_numel: int,
+    known_failures: Sequence[KnownFailure] = (),
+) -> Evaluator:
     """The worker's Evaluator of one problem: its inputs, references and drawn problems."""
-    return Evaluator(registry.get(name), problem, dtype_from_name(dtype_name), examples=examples, seed=seed,
-                     max_numel=max_numel, known_failures=known_failures)
+    return Evaluator(
+        registry.get(name),
+        problem,
+        dtype_from_name(dtype_name),
+        examples=examples,
+        seed=seed,
+        max_numel=max_numel,
+        known_failures=known_failures,
+    )
 
 
 def _serve(conn, *args) -> None:

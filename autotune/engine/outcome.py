@@ -44,8 +44,15 @@ def outcome_of(trial: optuna.trial.FrozenTrial) -> TrialOutcome | None:
     attrs = trial.user_attrs
     if trial.state not in FINISHED or "outcome" not in attrs:
         return None
-    return TrialOutcome(trial.number, attrs["config"], Outcome(attrs["outcome"]), attrs.get("reason"), trial.value,
-                        attrs.get("example"), attrs.get("timing"))
+    return TrialOutcome(
+        trial.number,
+        attrs["config"],
+        Outcome(attrs["outcome"]),
+        attrs.get("reason"),
+        trial.value,
+        attrs.get("example"),
+        attrs.get("timing"),
+    )
 
 
 def finished_outcomes(study: optuna.Study) -> dict[str, tuple[TrialOutcome, int]]:
@@ -108,4 +115,3 @@ class TrialTally:
         """'invalid:1 ok:20 (+4 repeats)': distinct configs by outcome, and the repeats."""
         text = " ".join(f"{k}:{v}" for k, v in sorted(self.counts().items()))
         return text + (f" (+{self.repeats} repeat{'s' * (self.repeats != 1)})" if self.repeats else "")
-

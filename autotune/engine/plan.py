@@ -114,7 +114,8 @@ def check_gpu(requested: str, *, isolated: bool = False) -> gpu.GPUInfo:
     """The GPU a search measures; it must be the one asked for ('auto' takes whatever is here).
     `isolated`: ask a worker process, so that this one never creates a CUDA context."""
     return gpu.require_gpu(
-        requested, "a search measures the GPU it runs on: run it there, or pass --gpu auto",
+        requested,
+        "a search measures the GPU it runs on: run it there, or pass --gpu auto",
         isolation.worker_gpu() if isolated else None,
     )
 
@@ -155,11 +156,14 @@ def check_fits(spec: KernelSpec, problem: Problem, dtype: torch.dtype, info: gpu
         return
     needed = memory_needed(spec, problem, dtype)
     if needed > info.memory_bytes:
-        where = "this machine's memory (the interpreter's device)" if info.is_interpreter else f"the {info.name}'s memory"
+        where = (
+            "this machine's memory (the interpreter's device)" if info.is_interpreter else f"the {info.name}'s memory"
+        )
         raise ValueError(
             f"{spec.name} {shape_label(problem)} in {DTYPE_NAMES[dtype]} needs at least {needed / 2**30:.1f} GiB (its "
             f"inputs and outputs, and their float64 copies for the reference), more than {where}: "
-            f"{info.memory_bytes / 2**30:.1f} GiB")
+            f"{info.memory_bytes / 2**30:.1f} GiB"
+        )
 
 
 def study_budget(spec: KernelSpec, problem: Problem, sampler: str, trials: int) -> int:
@@ -176,8 +180,10 @@ def check_store(store: ConfigStore | None) -> None:
     if store.readonly:
         raise ValueError(f"{store.where} is opened read-only: a search stores its results there; open it writable")
     if store.in_memory:
-        raise ValueError(f"{store.where} is held in memory and lost when this process ends: a search stores its "
-                         "results in a file or a database server; pass a path or a server URL")
+        raise ValueError(
+            f"{store.where} is held in memory and lost when this process ends: a search stores its "
+            "results in a file or a database server; pass a path or a server URL"
+        )
 
 
 def default_max_numel(info: gpu.GPUInfo) -> int:
@@ -252,16 +258,25 @@ def create_study(
     key = row_key(spec, info, dtype, problem)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     study = optuna.create_study(
-        study_name=key.study_name(), storage=open_storage(storage) if isinstance(storage, str) else storage,
-        sampler=make_sampler(options.sampler, options.seed), direction="minimize", load_if_exists=True,
+        study_name=key.study_name(),
+        storage=open_storage(storage) if isinstance(storage, str) else storage,
+        sampler=make_sampler(options.sampler, options.seed),
+        direction="minimize",
+        load_if_exists=True,
     )
     grid = spec.space.grid_for(problem) if options.sampler == "grid" else []
     plan = StudyPlan(
-        kernel=importable_name(spec) or spec.name, problem=json.loads(json.dumps(problem)), dtype=key.dtype,
-        gpu=info.name, budget=len(grid) if grid else evaluated(study) + options.trials, sampler=options.sampler,
-        seed=options.seed, examples=options.examples,
+        kernel=importable_name(spec) or spec.name,
+        problem=json.loads(json.dumps(problem)),
+        dtype=key.dtype,
+        gpu=info.name,
+        budget=len(grid) if grid else evaluated(study) + options.trials,
+        sampler=options.sampler,
+        seed=options.seed,
+        examples=options.examples,
         max_numel=default_max_numel(info) if options.max_numel is None else options.max_numel,
-        timeout=options.timeout, heartbeat_s=options.heartbeat_s,
+        timeout=options.timeout,
+        heartbeat_s=options.heartbeat_s,
         known_failures=[[p, seed] for p, seed in bucket_failures(store, key)],
     )
     if PLAN_ATTR in study.user_attrs and not plan_of(study).measures_like(plan):

@@ -21,10 +21,10 @@ from concurrent.futures.process import BrokenProcessPool
 import cachetools
 import torch
 
-from autotune.space import Config, Problem
-from autotune.spec import DTYPE_NAMES, KernelSpec
 from autotune.gate.verify import draw_problems, tensor_bytes
 from autotune.identity import config_key, problem_key
+from autotune.space import Config, Problem
+from autotune.spec import DTYPE_NAMES, KernelSpec
 
 COMPILE_TIMEOUT_S = 300.0
 """A batch waits this long at most (by default); a config still compiling then is compiled when used."""
@@ -81,7 +81,9 @@ class CompilePool:
         concurrent.futures.wait([pool.submit(_ready) for _ in range(self.workers)], timeout=START_TIMEOUT_S)
         return pool
 
-    def compile(self, spec: KernelSpec, problems: Sequence[Problem], dtype: torch.dtype, configs: Iterable[Config]) -> int:
+    def compile(
+        self, spec: KernelSpec, problems: Sequence[Problem], dtype: torch.dtype, configs: Iterable[Config]
+    ) -> int:
         """Compile configs in parallel for every problem they will run on (each layout, alignment and size
         class is its own Triton specialization); returns how many built, once all are done (or timed out).
         Fewer configs than workers split their problems across the idle ones (a row's re-verification, a
@@ -89,7 +91,9 @@ class CompilePool:
         problems = list(problems)
         return self.compile_each(spec, dtype, [(config, problems) for config in configs])
 
-    def compile_each(self, spec: KernelSpec, dtype: torch.dtype, work: Sequence[tuple[Config, Sequence[Problem]]]) -> int:
+    def compile_each(
+        self, spec: KernelSpec, dtype: torch.dtype, work: Sequence[tuple[Config, Sequence[Problem]]]
+    ) -> int:
         """`compile` with each config's own problems (the gate draws other problems for a config whose
         constraints reject some of the default's)."""
         name = importable_name(spec)
@@ -101,8 +105,12 @@ class CompilePool:
                 problems = list(problems)
                 pieces = max(1, min(len(problems), -(-self.workers // max(1, len(work)))))
                 chunks = [json.dumps(problems[i::pieces], sort_keys=True) for i in range(pieces)]
-                futures.append([self._pool.submit(_compile, name, chunk, DTYPE_NAMES[dtype], config_key(config))
-                                for chunk in chunks])
+                futures.append(
+                    [
+                        self._pool.submit(_compile, name, chunk, DTYPE_NAMES[dtype], config_key(config))
+                        for chunk in chunks
+                    ]
+                )
         except BrokenProcessPool:  # a worker died as the pool started: nothing built this time
             self._restart()
             return 0
@@ -111,8 +119,17 @@ class CompilePool:
             self._restart()  # a compile that hangs or kills its process must not stall or break the next batch
         return sum(1 for fs in futures if all(f in done and f.exception() is None and f.result() is None for f in fs))
 
-    def compile_for_verify(self, spec: KernelSpec, config: Config, dtype: torch.dtype, *, examples: int, seed: int,
-                           max_numel: int | None = None, extra_problems: Sequence[Problem] = ()) -> bool:
+    def compile_for_verify(
+        self,
+        spec: KernelSpec,
+        config: Config,
+        dtype: torch.dtype,
+        *,
+        examples: int,
+        seed: int,
+        max_numel: int | None = None,
+        extra_problems: Sequence[Problem] = (),
+    ) -> bool:
         """Compile config for every problem `verify` with these arguments will check: the extra problems and
         the Hypothesis draws (the same seed draws the same); True if it built for all of them."""
         drawn = draw_problems(spec, config, dtype, examples=examples, seed=seed, max_numel=max_numel)
@@ -163,8 +180,8 @@ def _compile(name: str, problems_json: str, dtype_name: str, config_json: str) -
     """Worker: compile one config by 'launching' it on each problem's inputs; the first failure, if any."""
     import autotune
     from autotune import gpu
-    from autotune.spec import dtype_from_name
     from autotune.gate.compare import outputs_like
+    from autotune.spec import dtype_from_name
 
     spec = autotune.get(name)
     config = json.loads(config_json)

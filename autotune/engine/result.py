@@ -77,8 +77,11 @@ class SearchResult:
             text += f", in {len(self.trials)} trials ({tally.uncounted()})"
         if self.budget is not None and self.evaluations < self.budget:
             capped = len(self.trials) >= self.budget * MAX_TRIALS_PER_EVALUATION
-            text += ("; stopped at the cap of trials: the sampler kept proposing configs already tried or rejected"
-                     if capped else "; stopped early: the timeout ran out")
+            text += (
+                "; stopped at the cap of trials: the sampler kept proposing configs already tried or rejected"
+                if capped
+                else "; stopped early: the timeout ran out"
+            )
         return text
 
 
@@ -100,10 +103,22 @@ def conclude_study(
     known = finished_outcomes(study)
     trials = [outcome_of(t) for t in study.get_trials(deepcopy=False, states=FINISHED)]
     result = SearchResult(
-        kernel=spec.name, gpu=info.name, dtype=plan.dtype, bucket=spec.bucket(evaluator.problem),
-        problem=evaluator.problem, best_config=None, best_ms=None, default_ms=None, baseline_ms=evaluator.baseline_ms(),
-        examples_verified=0, rate=None, trials=[t for t in trials if t is not None], evaluations=evaluated(study),
-        study_name=study.study_name, compiled_ahead=evaluator.compiled_ahead, seconds=evaluator.seconds,
+        kernel=spec.name,
+        gpu=info.name,
+        dtype=plan.dtype,
+        bucket=spec.bucket(evaluator.problem),
+        problem=evaluator.problem,
+        best_config=None,
+        best_ms=None,
+        default_ms=None,
+        baseline_ms=evaluator.baseline_ms(),
+        examples_verified=0,
+        rate=None,
+        trials=[t for t in trials if t is not None],
+        evaluations=evaluated(study),
+        study_name=study.study_name,
+        compiled_ahead=evaluator.compiled_ahead,
+        seconds=evaluator.seconds,
         budget=plan.budget,
     )
     default = known.get(config_key(spec.space.default))
@@ -111,8 +126,16 @@ def conclude_study(
     if reverify is None:
         reverify = lambda config: evaluator.reverify(config, examples=final_examples, seed=plan.seed + 1)  # noqa: E731
     return conclude(
-        result, spec, evaluator.dtype, info, examples_passed={k: n for k, (_, n) in known.items()}, seed=plan.seed,
-        final_examples=final_examples, max_numel=plan.max_numel, store=store, reverify=reverify,
+        result,
+        spec,
+        evaluator.dtype,
+        info,
+        examples_passed={k: n for k, (_, n) in known.items()},
+        seed=plan.seed,
+        final_examples=final_examples,
+        max_numel=plan.max_numel,
+        store=store,
+        reverify=reverify,
         on_final_check=on_final_check,
     )
 
@@ -137,11 +160,17 @@ def conclude(
     `reverify` runs that check elsewhere (an isolated evaluator's worker); by default it runs here.
     `on_final_check` hears each check (config, result, seconds) as it ends."""
     started = time.perf_counter()
-    flagged = set() if store is None else {
-        config_key(row.config)
-        for row in store.best_rows(kernel=spec.name, source_hash=spec.source_hash, gpu=info.name, dtype=result.dtype,
-                                   bucket=result.bucket)
-        if row.flagged}
+    flagged = (
+        set()
+        if store is None
+        else {
+            config_key(row.config)
+            for row in store.best_rows(
+                kernel=spec.name, source_hash=spec.source_hash, gpu=info.name, dtype=result.dtype, bucket=result.bucket
+            )
+            if row.flagged
+        }
+    )
     for outcome in sorted((o for o in result.trials if o.outcome == Outcome.OK), key=lambda o: o.time_ms):
         if config_key(outcome.config) in flagged:
             continue  # the store would keep the flagged row rather than take its config back
@@ -150,7 +179,12 @@ def conclude(
             final = reverify(outcome.config)
         else:
             final = verify(
-                spec, outcome.config, dtype, examples=final_examples, seed=seed + 1, max_numel=max_numel,
+                spec,
+                outcome.config,
+                dtype,
+                examples=final_examples,
+                seed=seed + 1,
+                max_numel=max_numel,
                 extra_problems=spec.edges_for(result.problem)[1:],
             )
         if on_final_check is not None:
@@ -162,7 +196,9 @@ def conclude(
             break
     result.seconds["final_verify"] = time.perf_counter() - started
     if result.best_ms is not None:
-        result.rate = bench.rate(spec.cost(result.problem, dtype), result.best_ms, bound=spec.bound, dtype_name=result.dtype, info=info)
+        result.rate = bench.rate(
+            spec.cost(result.problem, dtype), result.best_ms, bound=spec.bound, dtype_name=result.dtype, info=info
+        )
     if store is not None:
         _record(store, spec, result, info)
     return result
@@ -172,9 +208,17 @@ def _record(store: ConfigStore, spec: KernelSpec, result: SearchResult, info: gp
     store.record_trials(
         [
             TrialRow(
-                study=result.study_name, kernel=spec.name, source_hash=spec.source_hash, gpu=info.name,
-                dtype=result.dtype, bucket=result.bucket, number=t.number, config_json=config_key(t.config),
-                outcome=str(t.outcome), reason=t.reason, time_ms=t.time_ms,
+                study=result.study_name,
+                kernel=spec.name,
+                source_hash=spec.source_hash,
+                gpu=info.name,
+                dtype=result.dtype,
+                bucket=result.bucket,
+                number=t.number,
+                config_json=config_key(t.config),
+                outcome=str(t.outcome),
+                reason=t.reason,
+                time_ms=t.time_ms,
                 failing_example_json=problem_key(t.example) if t.example is not None else None,
             )
             for t in result.trials
@@ -184,11 +228,20 @@ def _record(store: ConfigStore, spec: KernelSpec, result: SearchResult, info: gp
         return
     result.stored = store.record_best(
         BestRow(
-            kernel=spec.name, source_hash=spec.source_hash, gpu=info.name, device_name=info.device_name,
-            dtype=result.dtype, bucket=result.bucket, config_json=config_key(result.best_config),
-            problem_json=problem_key(result.problem), time_ms=result.best_ms, timing=result.best_timing,
-            default_time_ms=result.default_ms, baseline_time_ms=result.baseline_ms,
-            examples_verified=result.examples_verified, triton_version=triton.__version__,
+            kernel=spec.name,
+            source_hash=spec.source_hash,
+            gpu=info.name,
+            device_name=info.device_name,
+            dtype=result.dtype,
+            bucket=result.bucket,
+            config_json=config_key(result.best_config),
+            problem_json=problem_key(result.problem),
+            time_ms=result.best_ms,
+            timing=result.best_timing,
+            default_time_ms=result.default_ms,
+            baseline_time_ms=result.baseline_ms,
+            examples_verified=result.examples_verified,
+            triton_version=triton.__version__,
             torch_version=torch.__version__,
         )
     )

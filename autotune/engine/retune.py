@@ -56,10 +56,17 @@ class Outcome:
     seconds: float = 0.0
 
     def row(self) -> dict:
-        return {"kernel": self.study.spec.name, "dtype": DTYPE_NAMES[self.study.dtype],
-                "shape": shape_label(self.study.problem), "bucket": self.study.bucket, "status": self.status,
-                "best ms": self.best_ms, "vs default": self.vs_default, "seconds": round(self.seconds, 1),
-                "detail": self.detail}
+        return {
+            "kernel": self.study.spec.name,
+            "dtype": DTYPE_NAMES[self.study.dtype],
+            "shape": shape_label(self.study.problem),
+            "bucket": self.study.bucket,
+            "status": self.status,
+            "best ms": self.best_ms,
+            "vs default": self.vs_default,
+            "seconds": round(self.seconds, 1),
+            "detail": self.detail,
+        }
 
 
 @dataclasses.dataclass
@@ -106,8 +113,13 @@ def plan(specs: Sequence[KernelSpec], dtypes: Sequence[torch.dtype] = ()) -> lis
 
 def stored(store: ConfigStore, study: Study, gpu_name: str) -> bool:
     """Whether the database holds this study's row for this GPU and the kernel's current source (not flagged)."""
-    rows = store.best_rows(kernel=study.spec.name, gpu=gpu_name, dtype=DTYPE_NAMES[study.dtype],
-                           source_hash=study.spec.source_hash, bucket=study.bucket)
+    rows = store.best_rows(
+        kernel=study.spec.name,
+        gpu=gpu_name,
+        dtype=DTYPE_NAMES[study.dtype],
+        source_hash=study.spec.source_hash,
+        bucket=study.bucket,
+    )
     return any(not r.flagged for r in rows)
 
 
@@ -150,7 +162,7 @@ def retune(
                 if left <= 0:
                     finish(Outcome(study, NOT_RUN, "budget spent"))
                     continue
-                share = left / len(pending[pending.index(study):])
+                share = left / len(pending[pending.index(study) :])
                 if on_start is not None:
                     on_start(study, i, len(studies))
                 # A space smaller than the trials ends its study early; its time goes to the studies after it.
@@ -158,7 +170,7 @@ def retune(
                 finish(_run(study, dataclasses.replace(options, timeout=share, trials=trials), store, pool))
         except KeyboardInterrupt:
             report.interrupted = True
-            for study in studies[len(report.outcomes):]:
+            for study in studies[len(report.outcomes) :]:
                 finish(Outcome(study, NOT_RUN, "interrupted"))
     return report
 
@@ -171,7 +183,14 @@ def _run(study: Study, options: SearchOptions, store: ConfigStore, pool: Compile
         return Outcome(study, FAILED, f"{type(exc).__name__}: {exc}", seconds=time.monotonic() - started)
     seconds = time.monotonic() - started
     if result.best_config is None:
-        return Outcome(study, NOT_FOUND, " ".join(f"{k}:{v}" for k, v in sorted(result.counts().items())),
-                       seconds=seconds)
-    return Outcome(study, STORED if result.stored else KEPT, f"{result.evaluations} evaluated",
-                   result.best_ms, result.speedup_vs_default, seconds)
+        return Outcome(
+            study, NOT_FOUND, " ".join(f"{k}:{v}" for k, v in sorted(result.counts().items())), seconds=seconds
+        )
+    return Outcome(
+        study,
+        STORED if result.stored else KEPT,
+        f"{result.evaluations} evaluated",
+        result.best_ms,
+        result.speedup_vs_default,
+        seconds,
+    )

@@ -50,24 +50,58 @@ def search(
     study, plan = create_study(spec, problem, dtype, info, options, storage, store)
     if isolate:
         evaluator: Evaluator = isolation.IsolatedEvaluator(
-            spec, problem, dtype, examples=plan.examples, seed=plan.seed, max_numel=plan.max_numel,
-            trial_timeout=options.trial_timeout, known_failures=plan.failures(),
+            spec,
+            problem,
+            dtype,
+            examples=plan.examples,
+            seed=plan.seed,
+            max_numel=plan.max_numel,
+            trial_timeout=options.trial_timeout,
+            known_failures=plan.failures(),
         )
     else:
-        evaluator = Evaluator(spec, problem, dtype, examples=plan.examples, seed=plan.seed, max_numel=plan.max_numel,
-                              known_failures=plan.failures())
+        evaluator = Evaluator(
+            spec,
+            problem,
+            dtype,
+            examples=plan.examples,
+            seed=plan.seed,
+            max_numel=plan.max_numel,
+            known_failures=plan.failures(),
+        )
     with contextlib.ExitStack() as stack:
         stack.callback(evaluator.close)
-        pool = compile_workers if isinstance(compile_workers, CompilePool) else (
-            stack.enter_context(CompilePool(compile_workers, timeout=options.trial_timeout))
-            if compile_workers > 1 else None)
+        pool = (
+            compile_workers
+            if isinstance(compile_workers, CompilePool)
+            else (
+                stack.enter_context(CompilePool(compile_workers, timeout=options.trial_timeout))
+                if compile_workers > 1
+                else None
+            )
+        )
         run_trials(study, plan, evaluator, pool=pool, on_trial=options.on_trial)
 
         def final_check(config: Config) -> VerifyResult:
             if pool is not None:  # its final problems compiled ahead, across the pool
-                pool.compile_for_verify(spec, config, dtype, examples=options.final_examples, seed=plan.seed + 1,
-                                        max_numel=plan.max_numel, extra_problems=evaluator.edges)
+                pool.compile_for_verify(
+                    spec,
+                    config,
+                    dtype,
+                    examples=options.final_examples,
+                    seed=plan.seed + 1,
+                    max_numel=plan.max_numel,
+                    extra_problems=evaluator.edges,
+                )
             return evaluator.reverify(config, examples=options.final_examples, seed=plan.seed + 1)
 
-        return conclude_study(study, plan, evaluator, info, store=store, final_examples=options.final_examples,
-                              reverify=final_check, on_final_check=options.on_final_check)
+        return conclude_study(
+            study,
+            plan,
+            evaluator,
+            info,
+            store=store,
+            final_examples=options.final_examples,
+            reverify=final_check,
+            on_final_check=options.on_final_check,
+        )

@@ -26,7 +26,9 @@ def bucket_failures(store: ConfigStore | None, key: RowKey) -> list[KnownFailure
     return [failure for row in rows if (failure := row.recorded_failure) is not None]
 
 
-def warm_starts(spec: KernelSpec, store: ConfigStore | None, key: RowKey, problem: Problem | None = None) -> list[Config]:
+def warm_starts(
+    spec: KernelSpec, store: ConfigStore | None, key: RowKey, problem: Problem | None = None
+) -> list[Config]:
     """The configs a study tries first: the space's default, then the best stored for its bucket, if any,
     then (up to EARLIER_SOURCE_WARM_STARTS) this bucket's winners under earlier sources of the kernel in
     `store`, newest first, where their configs are still in the space: a changed kernel is re-tuned from
@@ -38,18 +40,29 @@ def warm_starts(spec: KernelSpec, store: ConfigStore | None, key: RowKey, proble
     and the databases the runtime reads). Each is only a first guess, measured here like any trial."""
     configs = [dict(spec.space.default)]
     if store is not None:
-        rows = [row for row in store.best_rows(kernel=key.kernel, gpu=key.gpu, dtype=key.dtype, bucket=key.bucket)
-                if not row.flagged]
-        configs += [config for row in rows if row.source_hash == key.source_hash
-                    if (config := _stored_config(spec, row)) is not None]
+        rows = [
+            row
+            for row in store.best_rows(kernel=key.kernel, gpu=key.gpu, dtype=key.dtype, bucket=key.bucket)
+            if not row.flagged
+        ]
+        configs += [
+            config
+            for row in rows
+            if row.source_hash == key.source_hash
+            if (config := _stored_config(spec, row)) is not None
+        ]
         earlier: list[Config] = []
         older_rows = [row for row in rows if row.source_hash != key.source_hash]
         for row in sorted(older_rows, key=lambda row: row.created_at, reverse=True):
             if len(earlier) == EARLIER_SOURCE_WARM_STARTS:
                 break
             config = _stored_config(spec, row)
-            if config is not None and config not in configs and config not in earlier and (
-                    problem is None or spec.space.rejects(config, problem) is None):
+            if (
+                config is not None
+                and config not in configs
+                and config not in earlier
+                and (problem is None or spec.space.rejects(config, problem) is None)
+            ):
                 earlier.append(config)
         configs += earlier
     if problem is not None:

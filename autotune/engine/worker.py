@@ -47,13 +47,26 @@ def _run_study(storage: str, name: str, index: int, on_trial: Callable[[str, Tri
     check_gpu(plan.gpu)
     # Every worker draws the same Hypothesis problems (the plan's seed), but proposes its own configs.
     study = optuna.load_study(
-        study_name=name, storage=open_storage(storage, heartbeat_s=plan.heartbeat_s),
+        study_name=name,
+        storage=open_storage(storage, heartbeat_s=plan.heartbeat_s),
         sampler=make_sampler(plan.sampler, plan.seed + 1 + index),
     )
-    evaluator = Evaluator(spec, plan.problem, plan.torch_dtype, examples=plan.examples, seed=plan.seed,
-                          max_numel=plan.max_numel, known_failures=plan.failures())
-    ran = run_trials(study, plan, evaluator, worker=worker_id(),
-                     on_trial=None if on_trial is None else lambda outcome, _best: on_trial(name, outcome))
+    evaluator = Evaluator(
+        spec,
+        plan.problem,
+        plan.torch_dtype,
+        examples=plan.examples,
+        seed=plan.seed,
+        max_numel=plan.max_numel,
+        known_failures=plan.failures(),
+    )
+    ran = run_trials(
+        study,
+        plan,
+        evaluator,
+        worker=worker_id(),
+        on_trial=None if on_trial is None else lambda outcome, _best: on_trial(name, outcome),
+    )
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
         optuna.storages.fail_stale_trials(study)  # a dead worker's trial noticed only now still gets its retry queued

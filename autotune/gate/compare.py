@@ -3,17 +3,17 @@ storage ulp and a little float32 compute slack; NaN never passes, and outputs mu
 
 from __future__ import annotations
 
-
 import torch
 
+from autotune.identity import problem_key
 from autotune.space import Problem
 from autotune.spec import KernelSpec
-from autotune.identity import problem_key
 
 FACTOR = 4.0
 """How many times PyTorch's own same-dtype error a candidate may have."""
 FP32_SLACK_ULPS = 64
 """Compute slack in fp32 ulps: kernels accumulate in fp32 but may order or approximate differently."""
+
 
 def storage_eps(dtype: torch.dtype) -> float:
     return torch.finfo(dtype).eps
@@ -32,7 +32,9 @@ def outputs_like(base: Outputs, fill: float | None = float("nan")) -> Outputs:
     return tuple(outputs_like(b, fill) for b in base)
 
 
-def compare_outputs(out: Outputs, ref: Outputs, base: Outputs, floor: Outputs | None = None) -> tuple[float, float, str | None]:
+def compare_outputs(
+    out: Outputs, ref: Outputs, base: Outputs, floor: Outputs | None = None
+) -> tuple[float, float, str | None]:
     """`compare` for each output, each judged in its own dtype; the first failure, else the worst error."""
     if isinstance(base, torch.Tensor):
         return compare(out, ref, base, base.dtype, floor)
@@ -48,8 +50,9 @@ def compare_outputs(out: Outputs, ref: Outputs, base: Outputs, floor: Outputs | 
     return worst
 
 
-def compare(out: torch.Tensor, ref: torch.Tensor, base: torch.Tensor, dtype: torch.dtype,
-            floor: torch.Tensor | None = None) -> tuple[float, float, str | None]:
+def compare(
+    out: torch.Tensor, ref: torch.Tensor, base: torch.Tensor, dtype: torch.dtype, floor: torch.Tensor | None = None
+) -> tuple[float, float, str | None]:
     """Error of `out` against float64 `ref`, its budget from `base` (PyTorch, same dtype), and why it fails.
 
     Elementwise relative error with an absolute floor of one ulp at the tensor's scale; with `floor` (the
@@ -124,8 +127,12 @@ def check_references(spec: KernelSpec, problem: Problem, base: object, ref: obje
     for role, outputs in (("baseline", base), ("reference", ref)):
         shapes[role] = _output_shapes(outputs)
         if shapes[role] is None:
-            raise InvalidOutputs(f"{spec.name}'s {role} returned {_describe_outputs(outputs)} on {where}: expected "
-                                 "a tensor or a tuple of tensors")
+            raise InvalidOutputs(
+                f"{spec.name}'s {role} returned {_describe_outputs(outputs)} on {where}: expected "
+                "a tensor or a tuple of tensors"
+            )
     if shapes["baseline"] != shapes["reference"]:
-        raise InvalidOutputs(f"{spec.name}'s baseline and reference disagree on {where}: output shapes "
-                             f"{shapes['baseline']} and {shapes['reference']}")
+        raise InvalidOutputs(
+            f"{spec.name}'s baseline and reference disagree on {where}: output shapes "
+            f"{shapes['baseline']} and {shapes['reference']}"
+        )

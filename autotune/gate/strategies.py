@@ -88,7 +88,8 @@ def factorizations(n: int, parts: int) -> st.SearchStrategy[list[int]]:
     divisors = [d for d in range(1, math.isqrt(n) + 1) if n % d == 0]
     divisors += [n // d for d in divisors]
     return st.sampled_from(sorted(set(divisors))).flatmap(
-        lambda d: factorizations(n // d, parts - 1).map(lambda rest: [d, *rest]))
+        lambda d: factorizations(n // d, parts - 1).map(lambda rest: [d, *rest])
+    )
 
 
 MAGNITUDES = (1.0, 1e-3, 1e4)

@@ -25,11 +25,11 @@ from hypothesis.errors import NoSuchExample, Unsatisfiable
 from hypothesis.strategies import SearchStrategy
 
 from autotune import gpu
+from autotune.gate.compare import Outputs, check_references, compare_outputs, outputs_like
 from autotune.gate.repeatable_draws import without_local_constants
+from autotune.identity import problem_key
 from autotune.space import Config, Problem
 from autotune.spec import DTYPE_NAMES, KernelSpec
-from autotune.gate.compare import (Outputs, check_references, compare_outputs, outputs_like)
-from autotune.identity import problem_key
 
 
 def default_max_numel() -> int:
@@ -204,8 +204,16 @@ OnCheck = Callable[[Problem, Failure | None], None]
 class _Checks:
     """The problems one config was checked on, each once, and the draws it does not apply to."""
 
-    def __init__(self, spec: KernelSpec, config: Config, dtype: torch.dtype, seed: int, cache: ReferenceCache,
-                 shrink_seconds: float = SHRINK_SECONDS, on_check: OnCheck | None = None):
+    def __init__(
+        self,
+        spec: KernelSpec,
+        config: Config,
+        dtype: torch.dtype,
+        seed: int,
+        cache: ReferenceCache,
+        shrink_seconds: float = SHRINK_SECONDS,
+        on_check: OnCheck | None = None,
+    ):
         self.spec, self.config, self.dtype, self.seed, self.cache = spec, config, dtype, seed, cache
         self.shrink_seconds = shrink_seconds
         self.on_check = on_check
@@ -270,8 +278,15 @@ class _Draws(_Checks):
         return None
 
 
-def draw_problems(spec: KernelSpec, config: Config, dtype: torch.dtype, *, examples: int = 50,
-                  seed: int | None = None, max_numel: int | None = None) -> list[Problem]:
+def draw_problems(
+    spec: KernelSpec,
+    config: Config,
+    dtype: torch.dtype,
+    *,
+    examples: int = 50,
+    seed: int | None = None,
+    max_numel: int | None = None,
+) -> list[Problem]:
     """The problems `verify` draws for config with these arguments when none fails (the same seed draws
     the same), without running anything: what to compile ahead before verifying."""
     config = spec.space.validate(config)
@@ -286,8 +301,9 @@ def _minimal_failing(checks: _Checks, strategy: SearchStrategy, examples: int, s
     asked = examples
     for run in range(HYPOTHESIS_RUNS):
         before, draws_before = len(checks.drawn), checks.draws
-        hyp_settings = settings(max_examples=asked, database=None, deadline=None,
-                                suppress_health_check=list(HealthCheck), phases=NO_EXPLAIN)
+        hyp_settings = settings(
+            max_examples=asked, database=None, deadline=None, suppress_health_check=list(HealthCheck), phases=NO_EXPLAIN
+        )
         rng = random.Random(seed if seed is not None else 0) if run == 0 else random.Random(f"{seed}/{run}")
         try:
             with without_local_constants():  # else the draws depend on what this process has imported
@@ -335,9 +351,16 @@ def verify(
     checks = _Checks(spec, config, dtype, seed or 0, cache or ReferenceCache(), shrink_seconds, on_check)
 
     def result(failure: Failure | None) -> VerifyResult:
-        return VerifyResult(spec.name, DTYPE_NAMES[dtype], config, len(checks.problems), failure,
-                            skipped=checks.skipped, problems=list(checks.problems.values()),
-                            rejected_by=checks.rejected_by())
+        return VerifyResult(
+            spec.name,
+            DTYPE_NAMES[dtype],
+            config,
+            len(checks.problems),
+            failure,
+            skipped=checks.skipped,
+            problems=list(checks.problems.values()),
+            rejected_by=checks.rejected_by(),
+        )
 
     for problem, problem_seed in known_failures:
         problem = spec.problem_for(problem, dtype)
@@ -356,12 +379,16 @@ def verify(
 
     if extra_first and (failed := first_extra_failure()):
         return failed
-    minimal = _minimal_failing(checks, spec.problems_fitting(config, dtype, max_numel or default_max_numel()), examples, seed)
+    minimal = _minimal_failing(
+        checks, spec.problems_fitting(config, dtype, max_numel or default_max_numel()), examples, seed
+    )
     if minimal is None:
         return (not extra_first and first_extra_failure()) or result(None)
     failure = check_problem(spec, config, spec.problem_for(minimal, dtype), dtype, seed=seed or 0, cache=checks.cache)
     if failure is None:  # flaky: failed during the search, passes on replay (a race or reading unset memory)
-        failure = Failure(minimal, "incorrect", "failed once, passed on replay: nondeterministic result", seed=seed or 0)
+        failure = Failure(
+            minimal, "incorrect", "failed once, passed on replay: nondeterministic result", seed=seed or 0
+        )
     return result(failure)
 
 

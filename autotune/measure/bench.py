@@ -13,10 +13,12 @@ from dataclasses import dataclass
 import torch
 
 from autotune import gpu
-from autotune.spec import Cost
+from autotune.spec import Cost, KernelSpec
 
 
-def time_ms(fn: Callable[[], object], *, warmup_ms: float = 25, rep_ms: float = 100, max_reps: int | None = None) -> float:
+def time_ms(
+    fn: Callable[[], object], *, warmup_ms: float = 25, rep_ms: float = 100, max_reps: int | None = None
+) -> float:
     """Median milliseconds per call of fn.
 
     do_bench sizes its repetitions by kernel time alone, and clears the L2 cache before each: a 10 us
@@ -40,8 +42,9 @@ def time_ms(fn: Callable[[], object], *, warmup_ms: float = 25, rep_ms: float = 
     return statistics.median(times)
 
 
-def graph_ms(fn: Callable[[], object], *, warmup_ms: float = 25, rep_ms: float = 200,
-             max_reps: int | None = None) -> float | None:
+def graph_ms(
+    fn: Callable[[], object], *, warmup_ms: float = 25, rep_ms: float = 200, max_reps: int | None = None
+) -> float | None:
     """Median milliseconds of fn replayed from a CUDA graph (the L2 still cleared before each replay): the GPU
     time without the host's, which time_ms counts wherever a call's host path outlasts the clearing.
     None without a GPU, or (with a warning saying why) where fn cannot be captured."""
@@ -60,8 +63,9 @@ def graph_ms(fn: Callable[[], object], *, warmup_ms: float = 25, rep_ms: float =
         return None
 
 
-def kernel_time(fn: Callable[[], object], *, warmup_ms: float = 25, rep_ms: float = 100,
-                max_reps: int | None = None) -> tuple[float, str]:
+def kernel_time(
+    fn: Callable[[], object], *, warmup_ms: float = 25, rep_ms: float = 100, max_reps: int | None = None
+) -> tuple[float, str]:
     """Median milliseconds of fn's GPU work, as a search ranks configs, and how it was timed (one of
     autotune.db.rows.TIMINGS): replayed from a CUDA graph where fn can be captured (a config's host path, up to
     3x its GPU time on small problems, is not the kernel's), time_ms where it cannot (after graph_ms's warning)
@@ -73,8 +77,9 @@ def kernel_time(fn: Callable[[], object], *, warmup_ms: float = 25, rep_ms: floa
     return time_ms(fn, warmup_ms=warmup_ms, rep_ms=rep_ms, max_reps=max_reps), method
 
 
-def kernel_ms(fn: Callable[[], object], *, warmup_ms: float = 25, rep_ms: float = 100,
-              max_reps: int | None = None) -> float:
+def kernel_ms(
+    fn: Callable[[], object], *, warmup_ms: float = 25, rep_ms: float = 100, max_reps: int | None = None
+) -> float:
     """kernel_time's milliseconds alone."""
     return kernel_time(fn, warmup_ms=warmup_ms, rep_ms=rep_ms, max_reps=max_reps)[0]
 
@@ -128,3 +133,51 @@ def copy_bandwidth_gbs(nbytes: int = 1 << 30) -> float | None:
     dst = torch.empty_like(src)
     ms = time_ms(lambda: dst.copy_(src))
     return 2 * src.numel() / ms / 1e6
+
+
+ROUND_REP_MS = 150
+"""do_bench's repetition time in each of the two rounds of `time_balanced`."""
+
+
+def time_balanced(
+    calls: dict[str, Callable[[], object]], graphs: bool
+) -> dict[str, tuple[float, float | None] | Exception]:
+    """Each call's time in ms (and replayed from a CUDA graph, with `graphs`), or the exception it raised.
+    Every call runs once first (compiling Triton or Inductor), then all are timed in the given order
+    and again in reverse, and each time is the mean of its two medians: a GPU that heats and clocks down over
+    seconds of large products would otherwise favour whichever was timed first (on the H100 torch's linear +
+    gelu_tanh ran at 675 TFLOP/s timed first in a process and 603-618 timed after the tuned kernel)."""
+    results: dict[str, tuple[float, float | None] | Exception] = {}
+    for name, fn in calls.items():
+        try:
+            fn()
+        except Exception as exc:
+            results[name] = exc
+    if gpu.device().type == "cuda":
+        torch.cuda.synchronize()
+    order = [name for name in calls if name not in results]
+    rounds: dict[str, list[float]] = {name: [] for name in order}
+    for names in (order, order[::-1]):
+        for name in names:
+            if name in results:
+                continue
+            try:
+                rounds[name].append(time_ms(calls[name], warmup_ms=25, rep_ms=ROUND_REP_MS))
+            except Exception as exc:
+                results[name] = exc
+    for name in order:
+        if name not in results:
+            try:
+                graphed = graph_ms(calls[name]) if graphs else None
+            except Exception as exc:
+                results[name] = exc
+                continue
+            results[name] = (sum(rounds[name]) / len(rounds[name]), graphed)
+    return results
+
+
+def require_nonzero(spec: KernelSpec, inputs: dict) -> None:
+    """Zeros would flatter a kernel (and a tensor core's power draw): every float input must hold values."""
+    for name, value in inputs.items():
+        if isinstance(value, torch.Tensor) and value.is_floating_point() and value.numel() and not value.any():
+            raise ValueError(f"{spec.name}: input {name!r} is all zeros; benchmarks time random inputs")

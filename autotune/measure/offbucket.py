@@ -10,17 +10,17 @@ from collections.abc import Callable, Sequence
 import torch
 
 from autotune import gpu, runtime
-from autotune.measure import bench
 from autotune.db import ConfigStore, masked_url
 from autotune.engine.isolation import shared_workers
-from autotune.engine.precompile import CompilePool
-from autotune.measure.report import require_nonzero
 from autotune.engine.plan import SearchOptions
+from autotune.engine.precompile import CompilePool
 from autotune.engine.search import search
+from autotune.gate.compare import outputs_like
+from autotune.gate.verify import ReferenceCache, check_problem
+from autotune.measure import bench
+from autotune.measure.bench import require_nonzero
 from autotune.space import Config, Problem
 from autotune.spec import DTYPE_NAMES, KernelSpec, shape_label
-from autotune.gate.verify import ReferenceCache, check_problem
-from autotune.gate.compare import outputs_like
 
 GOAL = 1.10
 """Issue 7: off-bucket shapes within 10% of the exactly tuned time on average (the mean of runtime ms / exact ms)."""
@@ -34,15 +34,19 @@ ROUNDS = 3
 """Timings of each config, taken in turn; a config's time is the median of its rounds, so drift hits all alike."""
 TIMING = {"warmup_ms": 25.0, "rep_ms": 100.0, "max_reps": 500}
 """bench.time_ms per round: capped repetitions keep a 10 us kernel from costing seconds of L2 clears."""
-TIMING_METHOD = (f"each config timed in {ROUNDS} rounds, the configs in turn, on the same inputs; a config's time "
-                 "is the median of its rounds' medians of triton.testing.do_bench (L2 cleared before each call; "
-                 "wall-clock under the interpreter) or, where the record was timed by CUDA graph, of its calls "
-                 "replayed from a graph")
+TIMING_METHOD = (
+    f"each config timed in {ROUNDS} rounds, the configs in turn, on the same inputs; a config's time "
+    "is the median of its rounds' medians of triton.testing.do_bench (L2 cleared before each call; "
+    "wall-clock under the interpreter) or, where the record was timed by CUDA graph, of its calls "
+    "replayed from a graph"
+)
 """How `measure_off_bucket` times, for its reports (every run since the first, 2026-11-23, timed this way; the CUDA
 graph times since 2026-11-25)."""
 
 
-def runtime_choices(spec: KernelSpec, problems: Sequence[Problem], dtype: torch.dtype) -> list[tuple[runtime.Choice, Problem | None]]:
+def runtime_choices(
+    spec: KernelSpec, problems: Sequence[Problem], dtype: torch.dtype
+) -> list[tuple[runtime.Choice, Problem | None]]:
     """The runtime's choice for each problem (read afresh from the databases it reads) and the problem its row was
     timed on (None for the default). TypeError/ValueError for a kernel, dtype or problem that cannot be measured:
     one the default config cannot run, or one a stored row was tuned on (it is not off-bucket)."""
@@ -63,8 +67,10 @@ def runtime_choices(spec: KernelSpec, problems: Sequence[Problem], dtype: torch.
         choice = table.resolve(dtype, spec.bucket(problem), problem)
         tuned_on = _stored_problem(spec, choice, dtype)
         if tuned_on == problem:
-            raise ValueError(f"{spec.name} {shape_label(problem)}: the stored row of bucket {choice.bucket} was tuned on "
-                             "this very problem; expected an off-bucket shape")
+            raise ValueError(
+                f"{spec.name} {shape_label(problem)}: the stored row of bucket {choice.bucket} was tuned on "
+                "this very problem; expected an off-bucket shape"
+            )
         choices.append((choice, tuned_on))
     return choices
 
@@ -98,16 +104,37 @@ def measure_off_bucket(
     with shared_workers():  # where searches are isolated, one evaluation worker serves them all
         for problem, (choice, tuned_on) in zip((spec.problem_for(p, dtype) for p in problems), choices):
             started = time.perf_counter()
-            result = search(spec, problem, dtype, SearchOptions(trials=trials, timeout=timeout, seed=seed, examples=examples, final_examples=final_examples, warm_start=[choice.config]), compile_workers=compile_workers)
+            result = search(
+                spec,
+                problem,
+                dtype,
+                SearchOptions(
+                    trials=trials,
+                    timeout=timeout,
+                    seed=seed,
+                    examples=examples,
+                    final_examples=final_examples,
+                    warm_start=[choice.config],
+                ),
+                compile_workers=compile_workers,
+            )
             record = {
-                "kernel": spec.name, "dtype": DTYPE_NAMES[dtype], "shape": shape_label(problem), "problem": problem,
-                "bucket": spec.bucket(problem), "source": choice.source, "tuned_for": choice.bucket,
+                "kernel": spec.name,
+                "dtype": DTYPE_NAMES[dtype],
+                "shape": shape_label(problem),
+                "problem": problem,
+                "bucket": spec.bucket(problem),
+                "source": choice.source,
+                "tuned_for": choice.bucket,
                 "tuned_on": None if tuned_on is None else shape_label(tuned_on),
                 "database": choice.database and masked_url(choice.database),
-                "runtime_config": choice.config, "exact_config": result.best_config,
-                "same_config": choice.config == result.best_config, "evaluations": result.evaluations,
+                "runtime_config": choice.config,
+                "exact_config": result.best_config,
+                "same_config": choice.config == result.best_config,
+                "evaluations": result.evaluations,
                 "runtime_config_searched": any(t.config == choice.config for t in result.trials),
-                "search_seconds": time.perf_counter() - started, "search_phases": result.seconds,
+                "search_seconds": time.perf_counter() - started,
+                "search_phases": result.seconds,
                 "search_best_ms": result.best_ms,
                 "interpreter": gpu.interpreter_active(),
             }
@@ -116,8 +143,16 @@ def measure_off_bucket(
                 record.update(ratio=None, error="the exact search found no verified config")
             else:
                 timed = time.perf_counter()
-                failure = _time_configs(spec, problem, dtype, seed, record, runtime=choice.config,
-                                        exact=result.best_config, default=dict(spec.space.default))
+                failure = _time_configs(
+                    spec,
+                    problem,
+                    dtype,
+                    seed,
+                    record,
+                    runtime=choice.config,
+                    exact=result.best_config,
+                    default=dict(spec.space.default),
+                )
                 record["timing_seconds"] = time.perf_counter() - timed
                 record["runtime_failure"] = failure
                 record["ratio"] = None if failure else config_ms(record, "runtime") / config_ms(record, "exact")
@@ -154,7 +189,9 @@ def summarize(records: Sequence[dict]) -> dict:
     ratios = [x for xs in by_kernel.values() for x in xs]
     overall = _stats(ratios) if ratios else None
     return {
-        "goal": GOAL, "kernels": {k: _stats(xs) for k, xs in by_kernel.items()}, "overall": overall,
+        "goal": GOAL,
+        "kernels": {k: _stats(xs) for k, xs in by_kernel.items()},
+        "overall": overall,
         "unmeasured": sum(r.get("ratio") is None for r in records),
         "left_out": sum(reason is not None for reason in reasons),
         "goal_met": overall is not None and overall["mean"] <= GOAL,
@@ -190,9 +227,13 @@ def merge(results: Sequence[dict]) -> dict:
                 superseded.append(kept[key])
             kept[key] = record
     last = results[-1]
-    return {**{k: v for k, v in last.items() if k not in ("records", "summary", "superseded", "runs")},
-            "runs": runs, "records": list(kept.values()), "superseded": superseded,
-            "summary": summarize(list(kept.values()))}
+    return {
+        **{k: v for k, v in last.items() if k not in ("records", "summary", "superseded", "runs")},
+        "runs": runs,
+        "records": list(kept.values()),
+        "superseded": superseded,
+        "summary": summarize(list(kept.values())),
+    }
 
 
 def config_ms(record: dict, name: str) -> float | None:
@@ -202,8 +243,13 @@ def config_ms(record: dict, name: str) -> float | None:
 
 
 def _stats(ratios: list[float]) -> dict:
-    return {"shapes": len(ratios), "mean": statistics.fmean(ratios), "geomean": statistics.geometric_mean(ratios),
-            "worst": max(ratios), "exact_slower": sum(x < 1 for x in ratios)}
+    return {
+        "shapes": len(ratios),
+        "mean": statistics.fmean(ratios),
+        "geomean": statistics.geometric_mean(ratios),
+        "worst": max(ratios),
+        "exact_slower": sum(x < 1 for x in ratios),
+    }
 
 
 def _stored_problem(spec: KernelSpec, choice: runtime.Choice, dtype: torch.dtype) -> Problem | None:
@@ -211,13 +257,15 @@ def _stored_problem(spec: KernelSpec, choice: runtime.Choice, dtype: torch.dtype
     if choice.database is None:
         return None
     with ConfigStore(choice.database, readonly=True) as store:
-        rows = store.best_rows(kernel=spec.name, gpu=gpu.current_gpu().name, dtype=DTYPE_NAMES[dtype],
-                               source_hash=spec.source_hash)
+        rows = store.best_rows(
+            kernel=spec.name, gpu=gpu.current_gpu().name, dtype=DTYPE_NAMES[dtype], source_hash=spec.source_hash
+        )
     return next((row.problem for row in rows if row.bucket == choice.bucket and not row.flagged), None)
 
 
-def _time_configs(spec: KernelSpec, problem: Problem, dtype: torch.dtype, seed: int, record: dict,
-                  **configs: Config) -> str | None:
+def _time_configs(
+    spec: KernelSpec, problem: Problem, dtype: torch.dtype, seed: int, record: dict, **configs: Config
+) -> str | None:
     """NAME_ms in record for each config, timed in turn on one set of inputs (do_bench: host and GPU), and on a GPU
     NAME_gpu_ms, each call replayed from a CUDA graph (the GPU's time alone: a small kernel whose host path
     outlasts do_bench's L2 clear is otherwise timed by its host, which moves 2-4x between runs). The runtime's

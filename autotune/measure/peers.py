@@ -26,9 +26,11 @@ def torch_function(spec: KernelSpec) -> Callable[[Inputs], Outputs]:
     """PyTorch eager as a model calls the op, returning what the public function returns: the spec's baseline,
     but group_norm's, which also returns the statistics its kernels save (F.group_norm, then the activation)."""
     if spec.name == "group_norm":
+
         def group_norm(inputs: Inputs) -> torch.Tensor:
             y = F.group_norm(inputs["x"], inputs["groups"], inputs["weight"], inputs["bias"], inputs["eps"])
             return {"silu": F.silu, "mish": F.mish}.get(inputs["activation"], lambda t: t)(y)
+
         return group_norm
     return spec.baseline
 
@@ -68,6 +70,7 @@ def liger_function(name: str, inputs: Inputs) -> Callable[[Inputs], Outputs]:
                 return norm(i, i["x"])
             h = i["x"] + i["residual"]
             return norm(i, h), h
+
         return with_residual
     raise PeerUnavailable(f"no Liger-Kernel op is compared for {name}")
 
@@ -95,8 +98,11 @@ def training_step(fn: Callable[[Inputs], Outputs], inputs: Inputs, seed: int = 0
     """fn's forward and backward on `inputs`, as a training step runs them: every floating-point input tensor a
     leaf that requires grad (x, weight, bias, residual, ...), a fixed random gradient for each output fn returns,
     and autograd's gradients of all the leaves returned (not accumulated into .grad: no extra kernels)."""
-    leaves = {k: v.detach().requires_grad_() for k, v in inputs.items()
-              if isinstance(v, torch.Tensor) and v.is_floating_point()}
+    leaves = {
+        k: v.detach().requires_grad_()
+        for k, v in inputs.items()
+        if isinstance(v, torch.Tensor) and v.is_floating_point()
+    }
     live = {**inputs, **leaves}
     outputs = _as_tuple(fn(live))
     gen = torch.Generator().manual_seed(seed)
@@ -107,6 +113,7 @@ def training_step(fn: Callable[[Inputs], Outputs], inputs: Inputs, seed: int = 0
         outs = _as_tuple(fn(live))
         pairs = [(o, g) for o, g in zip(outs, grads) if o.requires_grad]
         return torch.autograd.grad([o for o, _ in pairs], wanted, [g for _, g in pairs], allow_unused=True)
+
     return step
 
 

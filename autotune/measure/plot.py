@@ -42,7 +42,7 @@ def plot(report: dict, path: str | pathlib.Path) -> pathlib.Path:
     axes = list(fig.subplots(nrows, ncols, squeeze=False).flat)
     for ax, kernel in zip(axes, kernels):
         _draw(ax, kernel, [r for r in rows if r["kernel"] == kernel])
-    for ax in axes[len(kernels):]:
+    for ax in axes[len(kernels) :]:
         ax.set_visible(False)
     title = f"{report['gpu']} ({report['device_name']}), {report['date']}"
     if report["interpreter"]:
@@ -66,8 +66,13 @@ def _draw(ax, kernel: str, rows: list[dict]) -> None:
     for j, impl in enumerate(impls):
         heights = [_number(r.get(f"{impl} {column}")) for r in rows]
         ax.bar([i + (j - (len(impls) - 1) / 2) * width for i in range(len(rows))], heights, width, label=impl)
-    ax.set_xticks(range(len(rows)), labels, rotation=30 if len(rows) > 3 else 0, ha="right" if len(rows) > 3 else "center",
-                  fontsize=7)
+    ax.set_xticks(
+        range(len(rows)),
+        labels,
+        rotation=30 if len(rows) > 3 else 0,
+        ha="right" if len(rows) > 3 else "center",
+        fontsize=7,
+    )
     ax.set_ylabel(f"% of peak {unit}" if by_peak else f"{unit} (no peak known)")
     ax.set_title(kernel)
     ax.legend(fontsize=7)

@@ -5,20 +5,19 @@ share of the GPU's roofline peak; one record per measurement, a table, and files
 
 from __future__ import annotations
 
-import datetime
 import json
 import pathlib
-import platform
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import torch
 from tabulate import tabulate
 
-import autotune
 from autotune import gpu, runtime
 from autotune.gate.compare import outputs_like
 from autotune.measure import bench, peers
+from autotune.measure.bench import require_nonzero, time_balanced
+from autotune.measure.environment import environment
 from autotune.runtime import registry
 from autotune.space import Problem
 from autotune.spec import DTYPE_NAMES, Cost, KernelSpec, shape_label
@@ -124,7 +123,9 @@ def plan(
         for dtype in dtypes or default_dtypes(spec):
             if dtype not in spec.dtypes:
                 if not skip_unsupported:
-                    raise ValueError(f"--dtype {DTYPE_NAMES[dtype]}: {name} supports {[DTYPE_NAMES[d] for d in spec.dtypes]} here")
+                    raise ValueError(
+                        f"--dtype {DTYPE_NAMES[dtype]}: {name} supports {[DTYPE_NAMES[d] for d in spec.dtypes]} here"
+                    )
                 skipped.append(f"{name} {DTYPE_NAMES[dtype]}: not supported here")
                 continue
             for problem in problems:
@@ -138,26 +139,15 @@ def plan(
     return Plan(cases, skipped)
 
 
-def environment() -> dict:
-    """The GPU (canonical and driver name, datasheet peaks), versions and date a report was measured with."""
-    import triton
-
-    info = gpu.current_gpu()
-    return {
-        "gpu": info.name, "device_name": info.device_name, "peak_bandwidth_gbs": info.peak_bandwidth_gbs,
-        "peak_tflops": info.peak_tflops, "torch": torch.__version__, "triton": triton.__version__,
-        "autotune": autotune.__version__, "python": platform.python_version(),
-        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "interpreter": info.is_interpreter,
-        "timing": ("wall-clock medians under the Triton interpreter on the CPU: not GPU timings" if info.is_interpreter
-                   else "medians of triton.testing.do_bench (L2 cleared before each call), each implementation "
-                         "timed in two rounds, in order then in reverse, and the two medians averaged"),
-    }
-
-
-def measure(plan: Plan, impls: Sequence[str], *, graphs: bool = False, backward: bool = False,
-            on_case: Callable[[int, Case], None] | None = None,
-            on_measured: Callable[[dict], None] | None = None) -> dict:
+def measure(
+    plan: Plan,
+    impls: Sequence[str],
+    *,
+    graphs: bool = False,
+    backward: bool = False,
+    on_case: Callable[[int, Case], None] | None = None,
+    on_measured: Callable[[dict], None] | None = None,
+) -> dict:
     """Time each implementation in `impls` (see IMPLEMENTATIONS) on each case of the plan; with `graphs`, also
     replayed from a CUDA graph; with `backward`, each as a training step: forward and backward through autograd,
     the gradients of every input tensor (weight, bias and residual included) computed (the tuned kernel and its
@@ -174,8 +164,11 @@ def measure(plan: Plan, impls: Sequence[str], *, graphs: bool = False, backward:
     if backward:
         for case in plan.cases:
             backward_spec(case.spec.name)
-        skipped += [f"{impl}: not timed forward + backward (it launches one kernel's config directly)"
-                    for impl in impls if impl in FORWARD_ONLY]
+        skipped += [
+            f"{impl}: not timed forward + backward (it launches one kernel's config directly)"
+            for impl in impls
+            if impl in FORWARD_ONLY
+        ]
         impls = [impl for impl in impls if impl not in FORWARD_ONLY]
     records: list[dict] = []
     compiled: dict[str, Callable] = {}
@@ -186,22 +179,41 @@ def measure(plan: Plan, impls: Sequence[str], *, graphs: bool = False, backward:
             if on_case:
                 on_case(i, case)
             if "compile" in impls and case.spec.name not in compiled:
-                compiled[case.spec.name] = torch.compile(peers.torch_function(case.spec) if backward
-                                                         else case.spec.baseline, dynamic=False)
+                compiled[case.spec.name] = torch.compile(
+                    peers.torch_function(case.spec) if backward else case.spec.baseline, dynamic=False
+                )
             records += _measure_case(case, impls, compiled.get(case.spec.name), graphs, backward, skipped)
             if on_measured and i + 1 < len(plan.cases):
-                on_measured({**report, "partial": f"{i + 1} of {len(plan.cases)} cases measured",
-                             "skipped": list(dict.fromkeys(skipped)), "records": list(records)})
+                on_measured(
+                    {
+                        **report,
+                        "partial": f"{i + 1} of {len(plan.cases)} cases measured",
+                        "skipped": list(dict.fromkeys(skipped)),
+                        "records": list(records),
+                    }
+                )
     return {**report, "skipped": list(dict.fromkeys(skipped)), "records": records}
 
 
-def _calls(case: Case, inputs: dict, impls: Sequence[str], choice: runtime.Choice, compiled: Callable | None,
-           backward: bool, cost: Cost, skipped: list[str]) -> dict[str, Callable[[], object]]:
+def _calls(
+    case: Case,
+    inputs: dict,
+    impls: Sequence[str],
+    choice: runtime.Choice,
+    compiled: Callable | None,
+    backward: bool,
+    cost: Cost,
+    skipped: list[str],
+) -> dict[str, Callable[[], object]]:
     """What each implementation runs on the case's inputs: one call, or with `backward` one training step; a
     peer with nothing to run here is left out, and why goes into `skipped`."""
     spec = case.spec
     if backward:
-        fns = {"tuned": spec.public, "torch": peers.torch_function(spec), "compile": compiled}  # public: autograd's path
+        fns = {
+            "tuned": spec.public,
+            "torch": peers.torch_function(spec),
+            "compile": compiled,
+        }  # public: autograd's path
     else:
         out = outputs_like(spec.baseline(inputs), None)
         default = dict(spec.space.default)
@@ -223,8 +235,11 @@ def _calls(case: Case, inputs: dict, impls: Sequence[str], choice: runtime.Choic
             try:
                 fn = peers.liger_function(spec.name, inputs)
             except peers.PeerUnavailable as exc:
-                skipped.append(f"liger: {exc}" if str(exc) == peers.LIGER_MISSING else
-                               f"{spec.name} {DTYPE_NAMES[case.dtype]} {shape_label(case.problem)} liger: {exc}")
+                skipped.append(
+                    f"liger: {exc}"
+                    if str(exc) == peers.LIGER_MISSING
+                    else f"{spec.name} {DTYPE_NAMES[case.dtype]} {shape_label(case.problem)} liger: {exc}"
+                )
                 continue
         if fn is None:  # a kernel without a vendor call
             continue
@@ -232,8 +247,14 @@ def _calls(case: Case, inputs: dict, impls: Sequence[str], choice: runtime.Choic
     return calls
 
 
-def _measure_case(case: Case, impls: Sequence[str], compiled: Callable | None, graphs: bool, backward: bool = False,
-                  skipped: list[str] | None = None) -> list[dict]:
+def _measure_case(
+    case: Case,
+    impls: Sequence[str],
+    compiled: Callable | None,
+    graphs: bool,
+    backward: bool = False,
+    skipped: list[str] | None = None,
+) -> list[dict]:
     spec, problem, dtype = case.spec, case.problem, case.dtype
     inputs = spec.make_inputs(problem, dtype, gpu.device(), 0)
     require_nonzero(spec, inputs)
@@ -246,14 +267,23 @@ def _measure_case(case: Case, impls: Sequence[str], compiled: Callable | None, g
     for impl in impls:
         if impl not in calls:
             continue
-        records.append({
-            "kernel": spec.name, "problem": problem, "shape": shape_label(problem), "bucket": bucket, "bound": spec.bound,
-            "dtype": DTYPE_NAMES[dtype], "impl": impl, "flops": cost.flops, "bytes": cost.bytes,
-            "config": default if impl == "default" else choice.config if impl.startswith("tuned") else None,
-            "config_source": choice.source if impl.startswith("tuned") else None,
-            "tuned_for": choice.bucket if impl.startswith("tuned") else None,
-            **({"pass": FORWARD_AND_BACKWARD} if backward else {}),
-        })
+        records.append(
+            {
+                "kernel": spec.name,
+                "problem": problem,
+                "shape": shape_label(problem),
+                "bucket": bucket,
+                "bound": spec.bound,
+                "dtype": DTYPE_NAMES[dtype],
+                "impl": impl,
+                "flops": cost.flops,
+                "bytes": cost.bytes,
+                "config": default if impl == "default" else choice.config if impl.startswith("tuned") else None,
+                "config_source": choice.source if impl.startswith("tuned") else None,
+                "tuned_for": choice.bucket if impl.startswith("tuned") else None,
+                **({"pass": FORWARD_AND_BACKWARD} if backward else {}),
+            }
+        )
     timings = time_balanced({r["impl"]: calls[r["impl"]] for r in records}, graphs)
     for record in records:
         timing = timings[record["impl"]]
@@ -266,52 +296,6 @@ def _measure_case(case: Case, impls: Sequence[str], compiled: Callable | None, g
     return records
 
 
-ROUND_REP_MS = 150
-"""do_bench's repetition time in each of the two rounds of `time_balanced`."""
-
-
-def time_balanced(calls: dict[str, Callable[[], object]], graphs: bool) -> dict[str, tuple[float, float | None] | Exception]:
-    """Each call's time in ms (and replayed from a CUDA graph, with `graphs`), or the exception it raised.
-    Every call runs once first (compiling Triton or Inductor), then all are timed in the given order
-    and again in reverse, and each time is the mean of its two medians: a GPU that heats and clocks down over
-    seconds of large products would otherwise favour whichever was timed first (on the H100 torch's linear +
-    gelu_tanh ran at 675 TFLOP/s timed first in a process and 603-618 timed after the tuned kernel)."""
-    results: dict[str, tuple[float, float | None] | Exception] = {}
-    for name, fn in calls.items():
-        try:
-            fn()
-        except Exception as exc:
-            results[name] = exc
-    if gpu.device().type == "cuda":
-        torch.cuda.synchronize()
-    order = [name for name in calls if name not in results]
-    rounds: dict[str, list[float]] = {name: [] for name in order}
-    for names in (order, order[::-1]):
-        for name in names:
-            if name in results:
-                continue
-            try:
-                rounds[name].append(bench.time_ms(calls[name], warmup_ms=25, rep_ms=ROUND_REP_MS))
-            except Exception as exc:
-                results[name] = exc
-    for name in order:
-        if name not in results:
-            try:
-                graphed = bench.graph_ms(calls[name]) if graphs else None
-            except Exception as exc:
-                results[name] = exc
-                continue
-            results[name] = (sum(rounds[name]) / len(rounds[name]), graphed)
-    return results
-
-
-def require_nonzero(spec: KernelSpec, inputs: dict) -> None:
-    """Zeros would flatter a kernel (and a tensor core's power draw): every float input must hold values."""
-    for name, value in inputs.items():
-        if isinstance(value, torch.Tensor) and value.is_floating_point() and value.numel() and not value.any():
-            raise ValueError(f"{spec.name}: input {name!r} is all zeros; benchmarks time random inputs")
-
-
 def rows(report: dict) -> list[dict]:
     """One row per kernel, dtype and problem: each implementation's ms (and CUDA-graph ms where measured), rate
     and % of the GPU's peak, and the tuned kernel's speedup over each other one (their time / its time: above 1,
@@ -320,11 +304,22 @@ def rows(report: dict) -> list[dict]:
     for r in report["records"]:
         # The bucket tells apart problems of one shape (a residual or not, a layout).
         key = (r["kernel"], r.get("pass"), r["dtype"], r["shape"], r["bucket"])
-        row = table.setdefault(key, {"kernel": r["kernel"], **({"pass": r["pass"]} if r.get("pass") else {}),
-                                     "dtype": r["dtype"], "shape": r["shape"], "bucket": r["bucket"],
-                                     "config from": None, "unit": UNITS[r["bound"]]})
+        row = table.setdefault(
+            key,
+            {
+                "kernel": r["kernel"],
+                **({"pass": r["pass"]} if r.get("pass") else {}),
+                "dtype": r["dtype"],
+                "shape": r["shape"],
+                "bucket": r["bucket"],
+                "config from": None,
+                "unit": UNITS[r["bound"]],
+            },
+        )
         if r["impl"] == "tuned":
-            row["config from"] = r["config_source"] + (f" ({r['tuned_for']})" if r["config_source"] == "nearest" else "")
+            row["config from"] = r["config_source"] + (
+                f" ({r['tuned_for']})" if r["config_source"] == "nearest" else ""
+            )
         ms = r["median_ms"]
         row[f"{r['impl']} ms"] = ms
         if r.get("graph_ms") is not None:
@@ -339,33 +334,47 @@ def rows(report: dict) -> list[dict]:
                 if f"{impl} {timing}" in row:
                     theirs = row[f"{impl} {timing}"]
                     row[f"vs {impl}" + (" (graph)" if timing == "graph ms" else "")] = (
-                        theirs / tuned if theirs and tuned else None)
+                        theirs / tuned if theirs and tuned else None
+                    )
     return list(table.values())
 
 
 def header(report: dict) -> str:
     """Where and how a report was measured, in a few lines."""
-    lines = [f"GPU: {report['gpu']} ({report['device_name']}); torch {report['torch']}; triton {report['triton']}; "
-             f"date {report['date']}", f"timings: {report['timing']}"]
+    lines = [
+        f"GPU: {report['gpu']} ({report['device_name']}); torch {report['torch']}; triton {report['triton']}; "
+        f"date {report['date']}",
+        f"timings: {report['timing']}",
+    ]
     if report["interpreter"]:
         lines.append("no roofline peak under the interpreter: rates are of interpreter wall-clock times")
     else:
         peaks = ", ".join(f"{d} {t:g}" for d, t in report["peak_tflops"].items())
-        lines.append(f"% peak: of the datasheet peak, {report['peak_bandwidth_gbs'] or 'unknown'} GB/s for memory-bound "
-                     f"kernels, TFLOP/s by dtype ({peaks or 'unknown'}) for compute-bound ones")
-    lines.append("vs X: X's time / tuned time (above 1: tuned is faster); tuned: the public function, launching the "
-                 "config the runtime picks (config from: exact bucket, nearest, or default)")
+        lines.append(
+            f"% peak: of the datasheet peak, {report['peak_bandwidth_gbs'] or 'unknown'} GB/s for memory-bound "
+            f"kernels, TFLOP/s by dtype ({peaks or 'unknown'}) for compute-bound ones"
+        )
+    lines.append(
+        "vs X: X's time / tuned time (above 1: tuned is faster); tuned: the public function, launching the "
+        "config the runtime picks (config from: exact bucket, nearest, or default)"
+    )
     if report.get("pass") == FORWARD_AND_BACKWARD:
-        lines.append("forward+backward: each timing is one training step, forward and backward through autograd, the "
-                     "gradients of every input (weight, bias and residual included) computed; bytes and rates are the "
-                     "forward's and its backward kernel's together")
+        lines.append(
+            "forward+backward: each timing is one training step, forward and backward through autograd, the "
+            "gradients of every input (weight, bias and residual included) computed; bytes and rates are the "
+            "forward's and its backward kernel's together"
+        )
     if any(r["impl"] == "copy" for r in report["records"]):
-        lines.append("copy: a device copy of the bytes the kernel must move (half read, half written); vs copy: the "
-                     "tuned kernel's share of the rate the memory allows")
+        lines.append(
+            "copy: a device copy of the bytes the kernel must move (half read, half written); vs copy: the "
+            "tuned kernel's share of the rate the memory allows"
+        )
     if any(r.get("graph_ms") is not None for r in report["records"]):
-        lines.append("graph ms, vs X (graph): each call replayed from a CUDA graph, the L2 still cleared before each: "
-                     "the GPU's time without the host's, which the plain medians include wherever a call's host path "
-                     "outlasts the clearing")
+        lines.append(
+            "graph ms, vs X (graph): each call replayed from a CUDA graph, the L2 still cleared before each: "
+            "the GPU's time without the host's, which the plain medians include wherever a call's host path "
+            "outlasts the clearing"
+        )
     return "\n".join(lines)
 
 
@@ -384,8 +393,11 @@ def tabulated(table: list[dict]) -> str:
 
 def notes(report: dict) -> str:
     """What the report left out: cases not measured (yet), kernels skipped in a dtype, implementations that raised."""
-    lines = ([f"- partial: {report['partial']} (the rest not measured: the run was cut short, or is still going)"]
-             if report.get("partial") else [])
+    lines = (
+        [f"- partial: {report['partial']} (the rest not measured: the run was cut short, or is still going)"]
+        if report.get("partial")
+        else []
+    )
     lines += [f"- skipped {s}" for s in report.get("skipped", [])]
     lines += [f"- {r['kernel']} {r['dtype']} {r['shape']} {r['impl']}: {r['error']}" for r in errors(report)]
     return "\nNotes:\n" + "\n".join(lines) + "\n" if lines else ""
@@ -394,12 +406,6 @@ def notes(report: dict) -> str:
 def errors(report: dict) -> list[dict]:
     """The records of implementations that raised instead of being timed."""
     return [r for r in report["records"] if r.get("error")]
-
-
-def probe_header(env: dict, *details: str) -> str:
-    """One line saying where a probe ran (`environment()`'s GPU and versions), what it measured, and when."""
-    return "; ".join([f"GPU: {env['gpu']} ({env['device_name']})", f"torch {env['torch']}", f"triton {env['triton']}",
-                      *details, f"date {env['date']}"])
 
 
 def save(prefix: str | pathlib.Path, report: dict, text: str) -> pathlib.Path:

@@ -14,11 +14,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from autotune import gpu, runtime
-from autotune.runtime import registry
 from autotune.db import BestRow, ConfigStore
 from autotune.engine.precompile import CompilePool, default_workers, importable_name
-from autotune.spec import KernelSpec, dtype_from_name
 from autotune.gate.verify import exception_summary, verify
+from autotune.runtime import registry
+from autotune.spec import KernelSpec, dtype_from_name
 
 DEFAULT_EXAMPLES = 200
 """Distinct Hypothesis problems per row by default (each one the row's config applies to); never fewer
@@ -124,8 +124,9 @@ def reverify_rows(
     return Reverification(here.name, seed, examples, verdicts)
 
 
-def _reverify_row(store: ConfigStore, row: BestRow, spec: KernelSpec | None, examples: int, seed: int,
-                  pool: CompilePool | None) -> RowVerdict:
+def _reverify_row(
+    store: ConfigStore, row: BestRow, spec: KernelSpec | None, examples: int, seed: int, pool: CompilePool | None
+) -> RowVerdict:
     def skipped(why: str) -> RowVerdict:
         return RowVerdict(row.kernel, row.dtype, row.bucket, row.config_json, "skipped", detail=why)
 
@@ -147,27 +148,55 @@ def _reverify_row(store: ConfigStore, row: BestRow, spec: KernelSpec | None, exa
     compiled = False
     try:
         if pool is not None and importable_name(spec) is not None:
-            compiled = pool.compile_for_verify(spec, config, dtype, examples=asked, seed=seed,
-                                               extra_problems=[*edges, *(p for p, _ in known)])
-        result = verify(spec, config, dtype, examples=asked, seed=seed, extra_problems=edges, extra_first=False,
-                        known_failures=known)
+            compiled = pool.compile_for_verify(
+                spec, config, dtype, examples=asked, seed=seed, extra_problems=[*edges, *(p for p, _ in known)]
+            )
+        result = verify(
+            spec,
+            config,
+            dtype,
+            examples=asked,
+            seed=seed,
+            extra_problems=edges,
+            extra_first=False,
+            known_failures=known,
+        )
     except Exception as exc:  # the gate itself broke (a spec's reference, torch, a lost CUDA context), not
         # shown to be the config's fault (a config's own errors are failures): leave the row as it was
-        return RowVerdict(row.kernel, row.dtype, row.bucket, row.config_json, "error",
-                          detail=f"verification raised {exception_summary(exc)}{_raised_at(exc)}; not recorded")
+        return RowVerdict(
+            row.kernel,
+            row.dtype,
+            row.bucket,
+            row.config_json,
+            "error",
+            detail=f"verification raised {exception_summary(exc)}{_raised_at(exc)}; not recorded",
+        )
     failure_json, detail = None, ""
     if not result.passed:
         f = result.failure
-        failure = {"problem": f.problem, "kind": f.kind, "reason": f.reason, "seed": f.seed} if f else {
-            "problem": None, "kind": "untested", "reason": "the config applies to none of the problems drawn"}
+        failure = (
+            {"problem": f.problem, "kind": f.kind, "reason": f.reason, "seed": f.seed}
+            if f
+            else {"problem": None, "kind": "untested", "reason": "the config applies to none of the problems drawn"}
+        )
         failure_json = json.dumps(failure, sort_keys=True)
         detail = f.describe() if f else failure["reason"]
-    recorded = store.record_verification(row, passed=result.passed, seed=seed, examples=result.examples,
-                                         failure_json=failure_json)
+    recorded = store.record_verification(
+        row, passed=result.passed, seed=seed, examples=result.examples, failure_json=failure_json
+    )
     if not recorded:
         detail = (detail + "; " if detail else "") + "not recorded: the row changed during verification"
-    return RowVerdict(row.kernel, row.dtype, row.bucket, row.config_json, "pass" if result.passed else "FAIL",
-                      result.examples, detail, recorded, compiled)
+    return RowVerdict(
+        row.kernel,
+        row.dtype,
+        row.bucket,
+        row.config_json,
+        "pass" if result.passed else "FAIL",
+        result.examples,
+        detail,
+        recorded,
+        compiled,
+    )
 
 
 def _raised_at(exc: BaseException) -> str:

@@ -12,6 +12,17 @@ from autotune.nn.norms import GroupNorm, LayerNorm, RMSNorm
 from autotune.nn.routing import POLICIES, Decision, clear, decisions, fallbacks
 
 __all__ = [
-    "MLP", "POLICIES", "Decision", "GatedMLP", "GroupNorm", "LayerNorm", "Linear", "RMSNorm", "clear", "decisions",
-    "fallbacks", "route_sdpa", "scaled_dot_product_attention",
+    "MLP",
+    "POLICIES",
+    "Decision",
+    "GatedMLP",
+    "GroupNorm",
+    "LayerNorm",
+    "Linear",
+    "RMSNorm",
+    "clear",
+    "decisions",
+    "fallbacks",
+    "route_sdpa",
+    "scaled_dot_product_attention",
 ]

@@ -45,10 +45,18 @@ def _reason(query, key, value, attn_mask, dropout_p, scale, enable_gqa) -> str |
     return None
 
 
-def scaled_dot_product_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
-                                 attn_mask: torch.Tensor | None = None, dropout_p: float = 0.0,
-                                 is_causal: bool = False, scale: float | None = None, enable_gqa: bool = False, *,
-                                 policy: str = "always") -> torch.Tensor:
+def scaled_dot_product_attention(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attn_mask: torch.Tensor | None = None,
+    dropout_p: float = 0.0,
+    is_causal: bool = False,
+    scale: float | None = None,
+    enable_gqa: bool = False,
+    *,
+    policy: str = "always",
+) -> torch.Tensor:
     """torch.nn.functional.scaled_dot_product_attention, through the tuned flash_attn (forward and backward)
     where it takes the call; torch's sdpa elsewhere, and `autotune.nn.fallbacks()` says why: an attn_mask,
     dropout, tensors not 4-D or not float32/float16/bfloat16 on the kernels' device, under torch.autocast, head
@@ -58,14 +66,34 @@ def scaled_dot_product_attention(query: torch.Tensor, key: torch.Tensor, value: 
     why = _reason(query, key, value, attn_mask, dropout_p, scale, enable_gqa)
     if why is None:
         batch, heads, nq, d = query.shape
-        if routed(policy, "flash_attn", query.dtype, batch, heads, key.shape[1], nq, key.shape[2], d,
-                  bool(is_causal), support.grad_needed(query, key, value)):
-            return kernels.flash_attn(query, key, value, is_causal=bool(is_causal), scale=scale,
-                                      enable_gqa=bool(enable_gqa))
+        if routed(
+            policy,
+            "flash_attn",
+            query.dtype,
+            batch,
+            heads,
+            key.shape[1],
+            nq,
+            key.shape[2],
+            d,
+            bool(is_causal),
+            support.grad_needed(query, key, value),
+        ):
+            return kernels.flash_attn(
+                query, key, value, is_causal=bool(is_causal), scale=scale, enable_gqa=bool(enable_gqa)
+            )
     else:
         fell_back("flash_attn", why)
-    return TORCH_SDPA(query, key, value, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal,
-                      scale=scale, enable_gqa=enable_gqa)
+    return TORCH_SDPA(
+        query,
+        key,
+        value,
+        attn_mask=attn_mask,
+        dropout_p=dropout_p,
+        is_causal=is_causal,
+        scale=scale,
+        enable_gqa=enable_gqa,
+    )
 
 
 class route_sdpa(TorchFunctionMode):

@@ -23,8 +23,10 @@ from autotune.spec import DTYPE_NAMES
 
 BASELINE_ADDS_FORWARD = frozenset({"layer_norm_backward", "rms_norm_backward", "flash_attn_backward"})
 """Backward kernels whose stored torch time is torch's forward and backward together (their specs' baselines)."""
-BASELINE_ADDS_WORK = {"flash_attn": "its stored torch time also computes the log-sum-exp, which sdpa does not, so it "
-                                    "is no evidence against sdpa alone"}
+BASELINE_ADDS_WORK = {
+    "flash_attn": "its stored torch time also computes the log-sum-exp, which sdpa does not, so it "
+    "is no evidence against sdpa alone"
+}
 """Kernels whose stored torch time includes work the replaced torch call does not do, and what that work is."""
 
 
@@ -77,8 +79,11 @@ def judge(launches: list[tuple[str, dict]], dtype: torch.dtype) -> Judgement:
         torch_ms += r.baseline_time_ms
     kernels_ms = sum(r.time_ms for r in rows)
     faster = kernels_ms <= torch_ms
-    why = (f"kernels {kernels_ms:.4g} ms {'<=' if faster else '>'} torch {torch_ms:.4g} ms ("
-           + "; ".join(r.describe() for r in rows) + ")")
+    why = (
+        f"kernels {kernels_ms:.4g} ms {'<=' if faster else '>'} torch {torch_ms:.4g} ms ("
+        + "; ".join(r.describe() for r in rows)
+        + ")"
+    )
     return Judgement(faster, rows, why, kernels_ms, torch_ms)
 
 

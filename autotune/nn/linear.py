@@ -20,15 +20,23 @@ from autotune.nn import support
 from autotune.nn.routing import check_policy, fell_back, routed
 
 ACTIVATIONS = {
-    "relu": F.relu, "gelu": F.gelu, "gelu_tanh": functools.partial(F.gelu, approximate="tanh"), "silu": F.silu,
+    "relu": F.relu,
+    "gelu": F.gelu,
+    "gelu_tanh": functools.partial(F.gelu, approximate="tanh"),
+    "silu": F.silu,
 }
 """The activations the GEMM epilogue applies, as torch computes them."""
 
 
 def activation_module(activation: str | None) -> torch.nn.Module:
     """The torch module of an activation name (None: nn.Identity)."""
-    modules = {None: torch.nn.Identity, "relu": torch.nn.ReLU, "gelu": torch.nn.GELU, "silu": torch.nn.SiLU,
-               "gelu_tanh": functools.partial(torch.nn.GELU, approximate="tanh")}
+    modules = {
+        None: torch.nn.Identity,
+        "relu": torch.nn.ReLU,
+        "gelu": torch.nn.GELU,
+        "silu": torch.nn.SiLU,
+        "gelu_tanh": functools.partial(torch.nn.GELU, approximate="tanh"),
+    }
     return modules[activation]()
 
 
@@ -39,15 +47,24 @@ def _reason(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) ->
     return why or support.param(weight, x, float32_ok=False) or support.param(bias, x, float32_ok=False)
 
 
-def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, activation: str | None,
-           policy: str) -> torch.Tensor:
+def linear(
+    x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, activation: str | None, policy: str
+) -> torch.Tensor:
     """activation(F.linear(x, weight, bias)) through the tuned `linear` where the policy routes it, else torch."""
     why = _reason(x, weight, bias)
     if why is None:
         k = x.shape[-1]
         grad = torch.is_grad_enabled()
-        if routed(policy, "linear", x.dtype, x.numel() // k, k, weight.shape[0], grad and x.requires_grad,
-                  grad and weight.requires_grad):
+        if routed(
+            policy,
+            "linear",
+            x.dtype,
+            x.numel() // k,
+            k,
+            weight.shape[0],
+            grad and x.requires_grad,
+            grad and weight.requires_grad,
+        ):
             return kernels.linear(x, weight, bias, activation)
     else:
         fell_back("linear", why)
@@ -68,8 +85,17 @@ class Linear(torch.nn.Linear):
     policy: str = "always"
     activation: str | None = None
 
-    def __init__(self, in_features: int, out_features: int, bias: bool = True, device=None, dtype=None, *,
-                 activation: str | None = None, policy: str = "always") -> None:
+    def __init__(
+        self,
+        in_features: int,
+        out_features: int,
+        bias: bool = True,
+        device=None,
+        dtype=None,
+        *,
+        activation: str | None = None,
+        policy: str = "always",
+    ) -> None:
         super().__init__(in_features, out_features, bias, device, dtype)
         self.activation = support.check_activation(activation, ACTIVATIONS)
         self.policy = check_policy(policy)
@@ -93,8 +119,18 @@ class MLP(torch.nn.Sequential):
 
     policy: str = "always"
 
-    def __init__(self, in_features: int, hidden_features: int, out_features: int | None = None, bias: bool = True,
-                 activation: str | None = "gelu_tanh", device=None, dtype=None, *, policy: str = "always") -> None:
+    def __init__(
+        self,
+        in_features: int,
+        hidden_features: int,
+        out_features: int | None = None,
+        bias: bool = True,
+        activation: str | None = "gelu_tanh",
+        device=None,
+        dtype=None,
+        *,
+        policy: str = "always",
+    ) -> None:
         out_features = in_features if out_features is None else out_features
         super().__init__(
             torch.nn.Linear(in_features, hidden_features, bias, device, dtype),
@@ -116,8 +152,11 @@ class MLP(torch.nn.Sequential):
             return super().forward(input)
         k = input.shape[-1]
         grad = support.grad_needed(input, fc1.weight, fc1.bias, fc2.weight, fc2.bias)
-        if self.policy == "always" or not grad and routed(self.policy, "mlp", input.dtype, input.numel() // k, k,
-                                                          fc1.weight.shape[0], fc2.weight.shape[0]):
+        if (
+            self.policy == "always"
+            or not grad
+            and routed(self.policy, "mlp", input.dtype, input.numel() // k, k, fc1.weight.shape[0], fc2.weight.shape[0])
+        ):
             return kernels.mlp(input, fc1.weight, fc1.bias, fc2.weight, fc2.bias, self.activation)
         hidden = linear(input, fc1.weight, fc1.bias, self.activation, self.policy)
         return linear(hidden, fc2.weight, fc2.bias, None, self.policy)
@@ -133,8 +172,17 @@ class GatedMLP(torch.nn.Module):
 
     policy: str = "always"
 
-    def __init__(self, hidden_size: int, intermediate_size: int, bias: bool = False, activation: str = "silu",
-                 device=None, dtype=None, *, policy: str = "always") -> None:
+    def __init__(
+        self,
+        hidden_size: int,
+        intermediate_size: int,
+        bias: bool = False,
+        activation: str = "silu",
+        device=None,
+        dtype=None,
+        *,
+        policy: str = "always",
+    ) -> None:
         super().__init__()
         if activation is None:
             raise ValueError("activation must be one of the gate's activations, got None")

@@ -25,7 +25,7 @@ _ACTIVATIONS = {"silu": F.silu, "mish": F.mish}
 
 def _norm_reason(x: torch.Tensor, normalized_shape: tuple[int, ...], weight, bias) -> str | None:
     why = support.tensor(x) or support.empty(x)
-    if why is None and tuple(x.shape[x.dim() - len(normalized_shape):]) != tuple(normalized_shape):
+    if why is None and tuple(x.shape[x.dim() - len(normalized_shape) :]) != tuple(normalized_shape):
         why = "normalized_shape is not the input's trailing dims"
     return why or support.param(weight, x, float32_ok=True) or support.param(bias, x, float32_ok=True)
 
@@ -40,8 +40,17 @@ class LayerNorm(torch.nn.LayerNorm):
 
     policy: str = "always"
 
-    def __init__(self, normalized_shape, eps: float = 1e-5, elementwise_affine: bool = True, bias: bool = True,
-                 device=None, dtype=None, *, policy: str = "always") -> None:
+    def __init__(
+        self,
+        normalized_shape,
+        eps: float = 1e-5,
+        elementwise_affine: bool = True,
+        bias: bool = True,
+        device=None,
+        dtype=None,
+        *,
+        policy: str = "always",
+    ) -> None:
         super().__init__(normalized_shape, eps, elementwise_affine, bias, device, dtype)
         self.policy = check_policy(policy)
 
@@ -49,8 +58,14 @@ class LayerNorm(torch.nn.LayerNorm):
         why = _norm_reason(input, self.normalized_shape, self.weight, self.bias)
         if why is None:
             n = math.prod(self.normalized_shape)
-            if routed(self.policy, "layer_norm", input.dtype, input.numel() // n, n,
-                      support.grad_needed(input, self.weight, self.bias)):
+            if routed(
+                self.policy,
+                "layer_norm",
+                input.dtype,
+                input.numel() // n,
+                n,
+                support.grad_needed(input, self.weight, self.bias),
+            ):
                 return kernels.layer_norm(input, self.normalized_shape, self.weight, self.bias, self.eps)
         else:
             fell_back("layer_norm", why)
@@ -63,8 +78,16 @@ class RMSNorm(torch.nn.RMSNorm):
 
     policy: str = "always"
 
-    def __init__(self, normalized_shape, eps: float | None = None, elementwise_affine: bool = True, device=None,
-                 dtype=None, *, policy: str = "always") -> None:
+    def __init__(
+        self,
+        normalized_shape,
+        eps: float | None = None,
+        elementwise_affine: bool = True,
+        device=None,
+        dtype=None,
+        *,
+        policy: str = "always",
+    ) -> None:
         super().__init__(normalized_shape, eps, elementwise_affine, device, dtype)
         self.policy = check_policy(policy)
 
@@ -88,8 +111,19 @@ class GroupNorm(torch.nn.GroupNorm):
     policy: str = "always"
     activation: str | None = None
 
-    def __init__(self, num_groups: int, num_channels: int, eps: float = 1e-5, affine: bool = True, device=None,
-                 dtype=None, *, activation: str | None = None, policy: str = "always", **kwargs) -> None:
+    def __init__(
+        self,
+        num_groups: int,
+        num_channels: int,
+        eps: float = 1e-5,
+        affine: bool = True,
+        device=None,
+        dtype=None,
+        *,
+        activation: str | None = None,
+        policy: str = "always",
+        **kwargs,
+    ) -> None:
         super().__init__(num_groups, num_channels, eps, affine, device, dtype, **kwargs)  # torch's `bias=`, if any
         self.activation = support.check_activation(activation, _ACTIVATIONS)
         self.policy = check_policy(policy)
@@ -108,8 +142,18 @@ class GroupNorm(torch.nn.GroupNorm):
         if why is None:
             positions = x.numel() // (x.shape[0] * x.shape[1])
             channels_last = x.dim() > 2 and x.stride(1) < x.stride(-1)
-            if routed(self.policy, "group_norm", x.dtype, x.shape[0], x.shape[1], positions, self.num_groups,
-                      channels_last, self.activation or "none", support.grad_needed(x, self.weight, self.bias)):
+            if routed(
+                self.policy,
+                "group_norm",
+                x.dtype,
+                x.shape[0],
+                x.shape[1],
+                positions,
+                self.num_groups,
+                channels_last,
+                self.activation or "none",
+                support.grad_needed(x, self.weight, self.bias),
+            ):
                 return kernels.group_norm(x, self.num_groups, self.weight, self.bias, self.eps, self.activation)
         else:
             fell_back("group_norm", why)

@@ -25,11 +25,16 @@ def rms_norm(m: int, n: int, grad: bool) -> list[Use]:
     return _norm("rms_norm", m, n, grad)
 
 
-def group_norm(batch: int, channels: int, positions: int, groups: int, channels_last: bool, activation: str,
-               grad: bool) -> list[Use]:
+def group_norm(
+    batch: int, channels: int, positions: int, groups: int, channels_last: bool, activation: str, grad: bool
+) -> list[Use]:
     """group_norm (with its fused activation) of an (N, C, *) input; the bucket leaves the activation out."""
-    problem = {"shape": [batch, channels, positions], "groups": groups,
-               "layout": "channels_last" if channels_last else "contiguous", "activation": activation}
+    problem = {
+        "shape": [batch, channels, positions],
+        "groups": groups,
+        "layout": "channels_last" if channels_last else "contiguous",
+        "activation": activation,
+    }
     return [("group_norm", problem)] + ([("group_norm_backward", problem)] if grad else [])
 
 
@@ -55,16 +60,31 @@ def mlp(m: int, k: int, h: int, n: int) -> list[Use]:
     return [("mlp", {"m": m, "k": k, "h": h, "n": n})]
 
 
-def flash_attn(batch: int, heads: int, kv_heads: int, nq: int, nk: int, head_dim: int, causal: bool,
-               grad: bool) -> list[Use]:
+def flash_attn(
+    batch: int, heads: int, kv_heads: int, nq: int, nk: int, head_dim: int, causal: bool, grad: bool
+) -> list[Use]:
     """flash_attn on (B, H, Nq, D) queries and (B, Hk, Nk, D) keys and values."""
-    problem = {"batch": batch, "heads": heads, "kv_heads": kv_heads, "nq": nq, "nk": nk, "head_dim": head_dim,
-               "causal": causal, "scale": None, "magnitude": 1.0, "layout": "contiguous"}
+    problem = {
+        "batch": batch,
+        "heads": heads,
+        "kv_heads": kv_heads,
+        "nq": nq,
+        "nk": nk,
+        "head_dim": head_dim,
+        "causal": causal,
+        "scale": None,
+        "magnitude": 1.0,
+        "layout": "contiguous",
+    }
     return [("flash_attn", problem)] + ([("flash_attn_backward", problem)] if grad else [])
 
 
 KINDS: dict[str, Callable[..., list[Use]]] = {
-    "layer_norm": layer_norm, "rms_norm": rms_norm, "group_norm": group_norm, "linear": linear, "mlp": mlp,
+    "layer_norm": layer_norm,
+    "rms_norm": rms_norm,
+    "group_norm": group_norm,
+    "linear": linear,
+    "mlp": mlp,
     "flash_attn": flash_attn,
 }
 """Each kind of routed call by name: its arguments (sizes and flags) give its launches."""

@@ -67,8 +67,9 @@ def unpatch(model: torch.nn.Module) -> None:
     if ctx is None:
         raise ValueError("model is not patched by autotune.patch")
     if ctx.model is not model:
-        raise ValueError("model is a copy of a patched model, whose modules it cannot restore: unpatch the "
-                         "original, then copy it")
+        raise ValueError(
+            "model is a copy of a patched model, whose modules it cannot restore: unpatch the original, then copy it"
+        )
     ctx.undo()
     del model.__dict__[_ATTRIBUTE]
 

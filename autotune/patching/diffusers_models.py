@@ -104,6 +104,10 @@ def patch_diffusers(ctx: PatchContext) -> None:
         activation = _ACTIVATIONS[type(block.nonlinearity)]
         for name in ("norm1", "norm2"):
             ctx.swap_class(getattr(block, name), tuned.GroupNorm, activation=activation, policy=ctx.policy)
-            ctx.record(f"{path}.{name}", f"GroupNorm + {type(block.nonlinearity).__name__}", f"group_norm+{activation}",
-                       "fused in the block's forward")
+            ctx.record(
+                f"{path}.{name}",
+                f"GroupNorm + {type(block.nonlinearity).__name__}",
+                f"group_norm+{activation}",
+                "fused in the block's forward",
+            )
         ctx.swap_class(block, _fused_class(ResnetBlock2D))

@@ -13,9 +13,9 @@ TORCH = "torch"
 
 _POLICIES = {
     "measured": "each call runs the kernels only where this GPU's stored rows for its dtype and shape buckets show "
-                "them at least as fast as the torch work they replace (their time_ms summed <= torch's "
-                "baseline_time_ms; with autograd, the backward's rows too), else torch: `report.calls()` lists what "
-                "each call shape got, and why",
+    "them at least as fast as the torch work they replace (their time_ms summed <= torch's "
+    "baseline_time_ms; with autograd, the backward's rows too), else torch: `report.calls()` lists what "
+    "each call shape got, and why",
     "always": "forced: every call the kernels take runs them, whatever the stored rows say",
 }
 
@@ -57,16 +57,20 @@ class PatchReport:
     def calls(self) -> str:
         """The routing of the calls made so far (in this process): each call shape's decision under the
         "measured" policy with its evidence, and the calls torch ran because the kernels do not take them."""
-        decided = [(d.kind, d.dtype, d.call, "kernels" if d.routed else TORCH, d.why)
-                   for d in routing.decisions()]
-        parts = [tabulate(decided, headers=("call", "dtype", "sizes", "ran", "evidence"), tablefmt="github")
-                 if decided else "no call has been decided on stored rows yet"]
+        decided = [(d.kind, d.dtype, d.call, "kernels" if d.routed else TORCH, d.why) for d in routing.decisions()]
+        parts = [
+            tabulate(decided, headers=("call", "dtype", "sizes", "ran", "evidence"), tablefmt="github")
+            if decided
+            else "no call has been decided on stored rows yet"
+        ]
         fallbacks = [(kind, why, n) for (kind, why), n in routing.fallbacks().items()]
         if fallbacks:
             parts.append(tabulate(fallbacks, headers=("call", "left to torch because", "calls"), tablefmt="github"))
         return "\n\n".join(parts)
 
     def __str__(self) -> str:
-        head = (f"autotune.patch: {len(self.replaced)} module(s) replaced or routed, {len(self.left)} left on torch.\n"
-                f"Policy {self.policy!r}: {_POLICIES[self.policy]}.")
+        head = (
+            f"autotune.patch: {len(self.replaced)} module(s) replaced or routed, {len(self.left)} left on torch.\n"
+            f"Policy {self.policy!r}: {_POLICIES[self.policy]}."
+        )
         return head + ("\n\n" + self.table() if self.changes else "\n\nNothing in this model that autotune serves.")

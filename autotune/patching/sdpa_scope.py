@@ -53,6 +53,10 @@ def routing_class(cls: type) -> type:
 def route_sdpa_calls(ctx: PatchContext) -> None:
     for path, module in ctx.modules():
         if calls_sdpa(module):
-            ctx.record(path, module, "flash_attn", "its F.scaled_dot_product_attention calls go to flash_attn "
-                                                   "where it takes them")
+            ctx.record(
+                path,
+                module,
+                "flash_attn",
+                "its F.scaled_dot_product_attention calls go to flash_attn where it takes them",
+            )
             ctx.swap_class(module, routing_class(type(module)), _autotune_policy=ctx.policy)

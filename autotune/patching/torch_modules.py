@@ -10,8 +10,11 @@ import torch
 from autotune import nn as tuned
 from autotune.patching.context import PatchContext
 
-NORMS = {torch.nn.LayerNorm: (tuned.LayerNorm, "layer_norm"), torch.nn.RMSNorm: (tuned.RMSNorm, "rms_norm"),
-         torch.nn.GroupNorm: (tuned.GroupNorm, "group_norm")}
+NORMS = {
+    torch.nn.LayerNorm: (tuned.LayerNorm, "layer_norm"),
+    torch.nn.RMSNorm: (tuned.RMSNorm, "rms_norm"),
+    torch.nn.GroupNorm: (tuned.GroupNorm, "group_norm"),
+}
 _GROUP_NORM_ACTIVATIONS = {torch.nn.SiLU: "silu", torch.nn.Mish: "mish"}
 
 
@@ -56,8 +59,9 @@ def fuse_sequential_pairs(ctx: PatchContext) -> None:
                 continue
             ctx.swap_class(first, cls, activation=activation, policy=ctx.policy)
             ctx.replace_child(seq, names[i + 1], torch.nn.Identity())
-            ctx.record(where, pair_name, f"{kernel}+{activation}",
-                       f"{names[i + 1]} fused into {names[i]} (now nn.Identity)")
+            ctx.record(
+                where, pair_name, f"{kernel}+{activation}", f"{names[i + 1]} fused into {names[i]} (now nn.Identity)"
+            )
             i += 2
 
 
@@ -78,5 +82,9 @@ def count_plain_linears(ctx: PatchContext) -> None:
     """One line for the Linear modules no rule served: their products stay on torch (cuBLAS)."""
     left = [path for path, m in ctx.modules() if type(m) is torch.nn.Linear]
     if left:
-        ctx.record(f"{len(left)} module(s), e.g. {left[0] or '(model)'}", "Linear", "torch",
-                   "no activation after it in an nn.Sequential: nothing to fuse, and F.linear is the vendor's GEMM")
+        ctx.record(
+            f"{len(left)} module(s), e.g. {left[0] or '(model)'}",
+            "Linear",
+            "torch",
+            "no activation after it in an nn.Sequential: nothing to fuse, and F.linear is the vendor's GEMM",
+        )

@@ -44,7 +44,9 @@ class _TunedRMSNorm:
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
         x, weight = hidden_states, self.weight
         why = support.tensor(x) or support.empty(x)
-        if why is None and (weight.dtype is not x.dtype or weight.shape != x.shape[-1:] or weight.get_device() != x.get_device()):
+        if why is None and (
+            weight.dtype is not x.dtype or weight.shape != x.shape[-1:] or weight.get_device() != x.get_device()
+        ):
             why = "a weight in another dtype, shape or device than the input's"
         if why is None:
             n = x.shape[-1]
@@ -121,8 +123,13 @@ def _route_attention(ctx: PatchContext) -> None:
     for path, module, config in _attention_configs(ctx):
         implementation = config._attn_implementation
         if implementation != "sdpa":
-            ctx.record(path, module, "torch", f"attention implementation {implementation!r}: only 'sdpa' is routed "
-                                              "(load the model with attn_implementation='sdpa')")
+            ctx.record(
+                path,
+                module,
+                "torch",
+                f"attention implementation {implementation!r}: only 'sdpa' is routed "
+                "(load the model with attn_implementation='sdpa')",
+            )
             continue
         _register_attention()
         if isinstance(module, PreTrainedModel):
@@ -131,5 +138,10 @@ def _route_attention(ctx: PatchContext) -> None:
         else:
             config._attn_implementation = name
             ctx.on_undo(lambda config=config, was=implementation: setattr(config, "_attn_implementation", was))
-        ctx.record(path, module, "flash_attn", f"attention through transformers' AttentionInterface ({name!r}): "
-                                               "its sdpa calls go to flash_attn where it takes them")
+        ctx.record(
+            path,
+            module,
+            "flash_attn",
+            f"attention through transformers' AttentionInterface ({name!r}): "
+            "its sdpa calls go to flash_attn where it takes them",
+        )

@@ -24,8 +24,9 @@ def database_urls() -> list[tuple[str, bool]]:
     return urls
 
 
-def read_rows(kernel: str, *, source_hash: str | None = None, gpu: str | None = None,
-              skip: ConfigStore | None = None) -> list[tuple[str, list[BestRow] | Exception]]:
+def read_rows(
+    kernel: str, *, source_hash: str | None = None, gpu: str | None = None, skip: ConfigStore | None = None
+) -> list[tuple[str, list[BestRow] | Exception]]:
     """Each database's best rows of kernel matching the filters, most preferred database first: (url, rows),
     or (url, the exception) for a database that cannot be read. `skip`: a store already read by the caller.
     A url may hold a password: print it through `db.masked_url`."""

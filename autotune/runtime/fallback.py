@@ -30,8 +30,15 @@ def nearest(here: DeviceLimits, tuned: Sequence[str]) -> DeviceLimits | None:
     donors = [d for d in map(device_limits.limits_of, tuned) if d and d.family == here.family and d.name != here.name]
     if not donors:
         return None
-    return min(donors, key=lambda d: (d.compute_capability != here.compute_capability,
-                                      d.shared_memory != here.shared_memory, abs(math.log2(d.sms / here.sms)), d.name))
+    return min(
+        donors,
+        key=lambda d: (
+            d.compute_capability != here.compute_capability,
+            d.shared_memory != here.shared_memory,
+            abs(math.log2(d.sms / here.sms)),
+            d.name,
+        ),
+    )
 
 
 def misfit(spec: KernelSpec, row: BestRow, here: DeviceLimits) -> str | None:

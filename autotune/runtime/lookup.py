@@ -21,7 +21,6 @@ from autotune.runtime.databases import read_rows
 from autotune.space import Config, InvalidConfig, Problem
 from autotune.spec import DTYPE_NAMES, KernelSpec
 
-
 MAX_SHAPES_REMEMBERED = 4096
 
 
@@ -46,7 +45,9 @@ def _caller_stacklevel() -> int:
     frame, level = sys._getframe(1), 1
     while frame.f_back is not None:
         module = str(frame.f_globals.get("__name__", "")).partition(".")[0]
-        if module not in _INTERNAL_MODULES and not os.path.abspath(frame.f_code.co_filename).startswith(_PACKAGE_DIR + os.sep):
+        if module not in _INTERNAL_MODULES and not os.path.abspath(frame.f_code.co_filename).startswith(
+            _PACKAGE_DIR + os.sep
+        ):
             break
         frame, level = frame.f_back, level + 1
     return level
@@ -99,7 +100,9 @@ class TunedConfigs:
             cfg = self.resolve(dtype, bucket, problem()).config
         return cfg
 
-    def lookup(self, dtype: torch.dtype, key: Hashable, bucket: Callable[[], str], problem: Callable[[], Problem]) -> Config:
+    def lookup(
+        self, dtype: torch.dtype, key: Hashable, bucket: Callable[[], str], problem: Callable[[], Problem]
+    ) -> Config:
         """The config for a call, memoized by an exact-shape key (hot path: one dict lookup)."""
         cfg = self._by_key.get((dtype, key))
         if cfg is None:

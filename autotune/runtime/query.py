@@ -70,5 +70,8 @@ def gpus_with_rows_note(spec: KernelSpec, gpu: str, *, db_url: str | None = None
     others = sorted({row["gpu"] for row in stored_rows(spec, db_url=db_url, dtype=dtype)})
     what = f"{spec.name}" + (f" {dtype}" if dtype else "")
     if not others:
-        return f"no rows of {what} for {gpu}, nor for any other GPU, in these databases (`autotune search {spec.name}` makes some)"
+        return (
+            f"no rows of {what} for {gpu}, nor for any other GPU, "
+            f"in these databases (`autotune search {spec.name}` makes some)"
+        )
     return f"no rows of {what} for {gpu}; GPUs with rows: {', '.join(others)} (pass one as --gpu)"

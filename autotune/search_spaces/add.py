@@ -1,7 +1,6 @@
 """vector_add: one block of elements per program."""
 
-from autotune.space import Param, SearchSpace, powers_of_two
-from autotune.space import next_pow2
+from autotune.space import Param, SearchSpace, next_pow2, powers_of_two
 
 SPACE = SearchSpace(
     params=(

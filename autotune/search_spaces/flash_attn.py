@@ -18,8 +18,7 @@ import triton.language as tl
 
 from autotune import gpu
 from autotune.device_limits import Resources
-from autotune.space import Config, Param, Problem, SearchSpace, powers_of_two
-from autotune.space import next_pow2
+from autotune.space import Config, Param, Problem, SearchSpace, next_pow2, powers_of_two
 
 MAX_HEAD_DIM = 256
 BLOCKS = powers_of_two(16, 256)
@@ -57,14 +56,26 @@ def _registers_per_value(p: Problem) -> int:
 
 
 FORWARD_DEFAULT: Config = {
-    "BLOCK_M": 16, "BLOCK_N": 32, "num_warps": 2, "num_stages": 1, "mask": "edges", "kv_load": "pointer",
-    "KV_SPLITS": 1, "gqa": "per_head", "p": "split",
+    "BLOCK_M": 16,
+    "BLOCK_N": 32,
+    "num_warps": 2,
+    "num_stages": 1,
+    "mask": "edges",
+    "kv_load": "pointer",
+    "KV_SPLITS": 1,
+    "gqa": "per_head",
+    "p": "split",
 }
 """The forward fallback: small tiles, not pipelined, that fit every head dim and dtype (float32 inputs
 compute in float64: at head dim 256 their tiles take 8 KB a row), and P split in two half operands of
 P @ V, which keeps the output right where it is a long average of values that cancel (decode)."""
 BACKWARD_DEFAULT: Config = {
-    "BLOCK_M": 16, "BLOCK_N": 16, "num_warps": 2, "num_stages": 1, "dq": "separate", "delta": "recomputed",
+    "BLOCK_M": 16,
+    "BLOCK_N": 16,
+    "num_warps": 2,
+    "num_stages": 1,
+    "dq": "separate",
+    "delta": "recomputed",
     "ds": "split",
 }
 """The backward fallback: the smallest tiles (it holds four of them, and float32 inputs compute in
@@ -75,8 +86,16 @@ operands, which keeps dQ (dK) right where one query sees many keys (one key many
 def dims(problem: Problem) -> tuple[int, int, int, int, int, int, int, bool]:
     """(batch, heads, kv_heads, nq, nk, head_dim, group, causal) of a problem."""
     heads, kv_heads = problem["heads"], problem["kv_heads"]
-    return (problem["batch"], heads, kv_heads, problem["nq"], problem["nk"], problem["head_dim"],
-            max(1, heads // max(1, kv_heads)), bool(problem["causal"]))
+    return (
+        problem["batch"],
+        heads,
+        kv_heads,
+        problem["nq"],
+        problem["nk"],
+        problem["head_dim"],
+        max(1, heads // max(1, kv_heads)),
+        bool(problem["causal"]),
+    )
 
 
 def block_d(head_dim: int) -> int:
@@ -128,13 +147,18 @@ def forward_shared_memory(c: Config, p: Problem) -> int:
 
 def forward_resources(c: Config, p: Problem) -> Resources:
     """What a forward config needs of a device (a GPU served another GPU's rows checks it)."""
-    return Resources(shared_memory=forward_shared_memory(c, p) + SHARED_MEMORY_RESERVED, tma=c["kv_load"] == "descriptor")
+    return Resources(
+        shared_memory=forward_shared_memory(c, p) + SHARED_MEMORY_RESERVED, tma=c["kv_load"] == "descriptor"
+    )
 
 
 def _forward_fits_shared_memory(c: Config, p: Problem) -> str | None:
     need = forward_shared_memory(c, p)
     if need + SHARED_MEMORY_RESERVED > SHARED_MEMORY_BYTES:
-        return f"K/V tiles over {c['num_stages']} stages need {need} bytes of shared memory > {SHARED_MEMORY_BYTES - SHARED_MEMORY_RESERVED}"
+        return (
+            f"K/V tiles over {c['num_stages']} stages need {need} "
+            f"bytes of shared memory > {SHARED_MEMORY_BYTES - SHARED_MEMORY_RESERVED}"
+        )
     return None
 
 
@@ -218,8 +242,20 @@ def _forward_starts(p: Problem) -> list[Config]:
         return []
     d = dims(p)[5]
     tiles = next((t for limit, t in sorted(FORWARD_START_TILES.items()) if d <= limit), ())
-    return [{"BLOCK_M": m, "BLOCK_N": n, "num_warps": w, "num_stages": st, "mask": "edges", "kv_load": "descriptor",
-             "KV_SPLITS": 1, "gqa": "per_head", "p": "rounded"} for m, n, w, st in tiles]
+    return [
+        {
+            "BLOCK_M": m,
+            "BLOCK_N": n,
+            "num_warps": w,
+            "num_stages": st,
+            "mask": "edges",
+            "kv_load": "descriptor",
+            "KV_SPLITS": 1,
+            "gqa": "per_head",
+            "p": "rounded",
+        }
+        for m, n, w, st in tiles
+    ]
 
 
 def _suggest_forward(trial, problem: Problem) -> Config:
@@ -307,7 +343,10 @@ def backward_resources(c: Config, p: Problem) -> Resources:
 def _backward_fits_shared_memory(c: Config, p: Problem) -> str | None:
     need = backward_shared_memory(c, p)
     if need + SHARED_MEMORY_RESERVED > SHARED_MEMORY_BYTES:
-        return f"Q/dO tiles over {c['num_stages']} stages need {need} bytes of shared memory > {SHARED_MEMORY_BYTES - SHARED_MEMORY_RESERVED}"
+        return (
+            f"Q/dO tiles over {c['num_stages']} stages need {need} "
+            f"bytes of shared memory > {SHARED_MEMORY_BYTES - SHARED_MEMORY_RESERVED}"
+        )
     return None
 
 

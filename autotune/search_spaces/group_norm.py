@@ -15,9 +15,8 @@ from __future__ import annotations
 
 import math
 
-from autotune.space import Config, Param, Problem, SearchSpace, powers_of_two
+from autotune.space import Config, Param, Problem, SearchSpace, next_pow2, powers_of_two
 from autotune.spec import parse_bucket
-from autotune.space import next_pow2
 
 MIN_BLOCK = 16
 MAX_BLOCK = 131072
@@ -135,8 +134,13 @@ def _suggest(trial, problem: Problem) -> Config:
         block = min(group_block(problem), MAX_BLOCK)
         return {"variant": variant, "BLOCK": block, "SPLIT": 1, "num_warps": warps, "num_stages": 1}
     split = trial.suggest_categorical("SPLIT", list(SPLITS[1:])) if variant == "split" else 1
-    return {"variant": variant, "BLOCK": trial.suggest_categorical("BLOCK", list(powers_of_two(MIN_BLOCK, MAX_BLOCK))),
-            "SPLIT": split, "num_warps": warps, "num_stages": trial.suggest_categorical("num_stages", list(STAGES))}
+    return {
+        "variant": variant,
+        "BLOCK": trial.suggest_categorical("BLOCK", list(powers_of_two(MIN_BLOCK, MAX_BLOCK))),
+        "SPLIT": split,
+        "num_warps": warps,
+        "num_stages": trial.suggest_categorical("num_stages", list(STAGES)),
+    }
 
 
 def _suggest_backward(trial, problem: Problem) -> Config:
@@ -188,8 +192,11 @@ def bucket_distance(a: str, b: str) -> float:
     fa, fb = _bucket_fields(a), _bucket_fields(b)
     if fa is None or fb is None:
         return math.inf
-    return (abs(math.log2(fa["cg"] * fa["hw"]) - math.log2(fb["cg"] * fb["hw"]))
-            + abs(math.log2(fa["ng"]) - math.log2(fb["ng"])) + abs(fa["cl"] - fb["cl"]))
+    return (
+        abs(math.log2(fa["cg"] * fa["hw"]) - math.log2(fb["cg"] * fb["hw"]))
+        + abs(math.log2(fa["ng"]) - math.log2(fb["ng"]))
+        + abs(fa["cl"] - fb["cl"])
+    )
 
 
 def _bucket_fields(key: str) -> dict[str, int] | None:

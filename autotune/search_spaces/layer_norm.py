@@ -10,8 +10,7 @@ from __future__ import annotations
 
 import math
 
-from autotune.space import Config, Param, Problem, SearchSpace, powers_of_two
-from autotune.space import next_pow2
+from autotune.space import Config, Param, Problem, SearchSpace, next_pow2, powers_of_two
 
 MIN_BLOCK = 16
 MAX_BLOCK = 65536
@@ -31,8 +30,14 @@ FORWARD_DEFAULT: Config = {"variant": "looped", "BLOCK_N": 1024, "ROWS_PER_PROGR
 """The forward fallback: looped runs (and is right) on rows of any length."""
 READS = (1, 2)
 """Reads of each row by the backward: once, its tiles held across the row sums (one-block rows only), or twice."""
-BACKWARD_DEFAULT: Config = {"variant": "partials", "BLOCK_N": 1024, "READS": 2, "PROGRAMS_PER_SM": 2, "num_warps": 4,
-                            "num_stages": 2}
+BACKWARD_DEFAULT: Config = {
+    "variant": "partials",
+    "BLOCK_N": 1024,
+    "READS": 2,
+    "PROGRAMS_PER_SM": 2,
+    "num_warps": 4,
+    "num_stages": 2,
+}
 """The backward fallback: a 1024 block covers short rows in one chunk and long ones in several."""
 
 
@@ -104,10 +109,20 @@ def _suggest_forward(trial, problem: Problem) -> Config:
     rows = trial.suggest_categorical("ROWS_PER_PROGRAM", list(ROWS))
     warps = trial.suggest_categorical("num_warps", list(WARPS))
     if variant == "single":
-        return {"variant": variant, "BLOCK_N": full_block(row_shape(problem)[1]), "ROWS_PER_PROGRAM": rows,
-                "num_warps": warps, "num_stages": 1}
-    return {"variant": variant, "BLOCK_N": trial.suggest_categorical("BLOCK_N", list(BLOCKS)), "ROWS_PER_PROGRAM": rows,
-            "num_warps": warps, "num_stages": trial.suggest_categorical("num_stages", list(STAGES))}
+        return {
+            "variant": variant,
+            "BLOCK_N": full_block(row_shape(problem)[1]),
+            "ROWS_PER_PROGRAM": rows,
+            "num_warps": warps,
+            "num_stages": 1,
+        }
+    return {
+        "variant": variant,
+        "BLOCK_N": trial.suggest_categorical("BLOCK_N", list(BLOCKS)),
+        "ROWS_PER_PROGRAM": rows,
+        "num_warps": warps,
+        "num_stages": trial.suggest_categorical("num_stages", list(STAGES)),
+    }
 
 
 FORWARD_SPACE = SearchSpace(
@@ -144,7 +159,10 @@ def _backward_block_fits_row(c: Config, p: Problem) -> str | None:
         return f"BLOCK_N > {full} (the row length rounded up to a power of two): only masked lanes"
     if c["BLOCK_N"] < full and one_chunk_fits(full, max(WARPS)):
         # Chunks read x and dy twice; only rows that no program can hold in registers are worth it.
-        return f"chunks are for rows wider than {MAX_BACKWARD_ELEMENTS_PER_THREAD * 32 * max(WARPS)}: BLOCK_N must be {full}"
+        return (
+            f"chunks are for rows wider than {MAX_BACKWARD_ELEMENTS_PER_THREAD * 32 * max(WARPS)}"
+            f": BLOCK_N must be {full}"
+        )
     return None
 
 

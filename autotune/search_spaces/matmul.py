@@ -16,8 +16,7 @@ from __future__ import annotations
 import functools
 
 from autotune.device_limits import Resources
-from autotune.space import Config, Param, Problem, SearchSpace
-from autotune.space import next_pow2
+from autotune.space import Config, Param, Problem, SearchSpace, next_pow2
 
 VARIANTS = ("tiled", "persistent", "tma", "tma_persistent")
 BLOCKS_MN = (16, 32, 64, 128, 256)
@@ -52,8 +51,16 @@ H100_SHARED_MEMORY = 232448
 H100_SMS = 132
 """What the constraints assume without a GPU (the interpreter): the H100, the machine searches run on."""
 
-DEFAULT: Config = {"variant": "tiled", "BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 32, "GROUP_M": 8,
-                   "num_warps": 4, "num_stages": 3, "SPLIT_K": 1}
+DEFAULT: Config = {
+    "variant": "tiled",
+    "BLOCK_M": 64,
+    "BLOCK_N": 64,
+    "BLOCK_K": 32,
+    "GROUP_M": 8,
+    "num_warps": 4,
+    "num_stages": 3,
+    "SPLIT_K": 1,
+}
 """The fallback: runs (and is right) on every problem, in every dtype, on every GPU."""
 
 
@@ -92,8 +99,12 @@ def tma_available() -> bool:
 
 def _dims(p: Problem) -> tuple[int, int, int, int]:
     """The bucket's sizes: m, n, k rounded up to powers of two (16 at least: a block's floor), and the batch."""
-    return (max(MIN_BLOCK, next_pow2(p["m"])), max(MIN_BLOCK, next_pow2(p["n"])), max(MIN_BLOCK, next_pow2(p["k"])),
-            next_pow2(max(1, p.get("batch", 0))))
+    return (
+        max(MIN_BLOCK, next_pow2(p["m"])),
+        max(MIN_BLOCK, next_pow2(p["n"])),
+        max(MIN_BLOCK, next_pow2(p["k"])),
+        next_pow2(max(1, p.get("batch", 0))),
+    )
 
 
 def _itemsize(p: Problem) -> int:
@@ -124,7 +135,10 @@ def k_range(p: Problem) -> tuple[int, int]:
 def _block_k_fits_dtype(c: Config, p: Problem) -> str | None:
     lo, hi = k_range(p)
     if not lo <= c["BLOCK_K"] <= hi and not _is_default(c):
-        return f"BLOCK_K * itemsize outside {MIN_K_BYTES}..{MAX_K_BYTES} bytes: BLOCK_K in {lo}..{hi} for {p.get('dtype', 'fp32')}"
+        return (
+            f"BLOCK_K * itemsize outside {MIN_K_BYTES}..{MAX_K_BYTES} bytes"
+            f": BLOCK_K in {lo}..{hi} for {p.get('dtype', 'fp32')}"
+        )
     return None
 
 
@@ -242,10 +256,14 @@ def _suggest(trial, problem: Problem) -> Config:
     m, n, k, _ = _dims(problem)
     k_lo, k_hi = k_range(problem)
     config = {
-        "variant": trial.suggest_categorical("variant", [v for v in VARIANTS if not v.startswith("tma") or tma_available()]),
+        "variant": trial.suggest_categorical(
+            "variant", [v for v in VARIANTS if not v.startswith("tma") or tma_available()]
+        ),
         "BLOCK_M": trial.suggest_categorical("BLOCK_M", _choices(BLOCKS_MN, min(m, MIN_REUSE), m, DEFAULT["BLOCK_M"])),
         "BLOCK_N": trial.suggest_categorical("BLOCK_N", _choices(BLOCKS_MN, min(n, MIN_REUSE), n, DEFAULT["BLOCK_N"])),
-        "BLOCK_K": trial.suggest_categorical("BLOCK_K", _choices(BLOCKS_K, k_lo, min(max(k, k_lo), k_hi), DEFAULT["BLOCK_K"])),
+        "BLOCK_K": trial.suggest_categorical(
+            "BLOCK_K", _choices(BLOCKS_K, k_lo, min(max(k, k_lo), k_hi), DEFAULT["BLOCK_K"])
+        ),
         "num_warps": trial.suggest_categorical("num_warps", list(WARPS)),
         "num_stages": trial.suggest_categorical("num_stages", list(STAGES)),
     }
@@ -298,5 +316,7 @@ SPACE = SearchSpace(
 
 def bucket(problem: Problem) -> str:
     """m, n, k and the batch, each rounded up to a power of two."""
-    return (f"m={next_pow2(problem['m'])},n={next_pow2(problem['n'])},k={next_pow2(problem['k'])},"
-            f"b={next_pow2(max(1, problem.get('batch', 0)))}")
+    return (
+        f"m={next_pow2(problem['m'])},n={next_pow2(problem['n'])},k={next_pow2(problem['k'])},"
+        f"b={next_pow2(max(1, problem.get('batch', 0)))}"
+    )

@@ -9,10 +9,16 @@ Constraints see the problem only through the dtype and the sizes rounded up to p
 
 from __future__ import annotations
 
-from autotune.search_spaces.matmul import MAX_ACC_REGISTERS, MAX_FMA_REGISTERS, MIN_BLOCK, MIN_TILE_PER_WARP, hardware, k_range
 from autotune.device_limits import Resources
-from autotune.space import Config, Param, Problem, SearchSpace
-from autotune.space import next_pow2
+from autotune.search_spaces.matmul import (
+    MAX_ACC_REGISTERS,
+    MAX_FMA_REGISTERS,
+    MIN_BLOCK,
+    MIN_TILE_PER_WARP,
+    hardware,
+    k_range,
+)
+from autotune.space import Config, Param, Problem, SearchSpace, next_pow2
 
 BLOCKS_M = (16, 32, 64, 128)
 BLOCKS_N = (16, 32, 64, 128, 256)
@@ -24,8 +30,15 @@ MAX_RECOMPUTE = 4
 """The fused kernel computes the first product once per column of output tiles: at most this many times."""
 ITEMSIZE = {"fp32": 4, "fp16": 2, "bf16": 2}
 
-DEFAULT: Config = {"variant": "two_pass", "BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_H": 64, "BLOCK_K": 32,
-                   "num_warps": 4, "num_stages": 2}
+DEFAULT: Config = {
+    "variant": "two_pass",
+    "BLOCK_M": 64,
+    "BLOCK_N": 64,
+    "BLOCK_H": 64,
+    "BLOCK_K": 32,
+    "num_warps": 4,
+    "num_stages": 2,
+}
 """The fallback: two linear calls run on every problem (their tile parameters are linear's own)."""
 
 
@@ -39,7 +52,8 @@ def _itemsize(p: Problem) -> int:
 
 def _two_pass_has_no_tiles(c: Config, p: Problem) -> str | None:
     if c["variant"] == "two_pass" and {k: v for k, v in c.items() if k != "variant"} != {
-            k: v for k, v in DEFAULT.items() if k != "variant"}:
+        k: v for k, v in DEFAULT.items() if k != "variant"
+    }:
         return "two_pass launches linear with linear's configs: its own tile parameters are the default's"
     return None
 
@@ -109,10 +123,15 @@ def _suggest(trial, problem: Problem) -> Config:
         choices = sorted({v for v in values if floor <= v <= cap} | {DEFAULT[name]})
         return trial.suggest_categorical(name, choices)
 
-    return {"variant": "fused", "BLOCK_M": pick("BLOCK_M", BLOCKS_M, d["m"]), "BLOCK_N": pick("BLOCK_N", BLOCKS_N, d["n"]),
-            "BLOCK_H": pick("BLOCK_H", BLOCKS_H, d["h"]), "BLOCK_K": pick("BLOCK_K", BLOCKS_K, min(hi, max(d["k"], lo)), lo),
-            "num_warps": trial.suggest_categorical("num_warps", list(WARPS)),
-            "num_stages": trial.suggest_categorical("num_stages", list(STAGES))}
+    return {
+        "variant": "fused",
+        "BLOCK_M": pick("BLOCK_M", BLOCKS_M, d["m"]),
+        "BLOCK_N": pick("BLOCK_N", BLOCKS_N, d["n"]),
+        "BLOCK_H": pick("BLOCK_H", BLOCKS_H, d["h"]),
+        "BLOCK_K": pick("BLOCK_K", BLOCKS_K, min(hi, max(d["k"], lo)), lo),
+        "num_warps": trial.suggest_categorical("num_warps", list(WARPS)),
+        "num_stages": trial.suggest_categorical("num_stages", list(STAGES)),
+    }
 
 
 SPACE = SearchSpace(
@@ -126,8 +145,13 @@ SPACE = SearchSpace(
         Param("num_stages", STAGES),
     ),
     default=DEFAULT,
-    constraints=(_two_pass_has_no_tiles, _fused_recomputes_little, _fused_blocks_fit, _fused_fits_registers,
-                 _fused_fits_shared_memory),
+    constraints=(
+        _two_pass_has_no_tiles,
+        _fused_recomputes_little,
+        _fused_blocks_fit,
+        _fused_fits_registers,
+        _fused_fits_shared_memory,
+    ),
     suggest_fn=_suggest,
 )
 

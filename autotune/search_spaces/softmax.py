@@ -10,8 +10,7 @@ from __future__ import annotations
 
 import math
 
-from autotune.space import Config, Param, Problem, SearchSpace, powers_of_two
-from autotune.space import next_pow2
+from autotune.space import Config, Param, Problem, SearchSpace, next_pow2, powers_of_two
 
 MIN_BLOCK = 16
 MAX_ELEMENTS_PER_THREAD = 128
@@ -61,7 +60,9 @@ def _fits_in_registers(c: Config, p: Problem) -> str | None:
 
 def _backward_fits_in_registers(c: Config, p: Problem) -> str | None:
     if c["ROWS_PER_PROGRAM"] * c["BLOCK_SIZE"] > MAX_BACKWARD_ELEMENTS_PER_THREAD * 32 * c["num_warps"]:
-        return f"ROWS_PER_PROGRAM * BLOCK_SIZE > {MAX_BACKWARD_ELEMENTS_PER_THREAD} elements per thread (y and dy tiles)"
+        return (
+            f"ROWS_PER_PROGRAM * BLOCK_SIZE > {MAX_BACKWARD_ELEMENTS_PER_THREAD} elements per thread (y and dy tiles)"
+        )
     return None
 
 
@@ -92,10 +93,20 @@ def _suggest(trial, problem: Problem) -> Config:
     rows = trial.suggest_categorical("ROWS_PER_PROGRAM", [1, 2, 4, 8, 16])
     warps = trial.suggest_categorical("num_warps", [1, 2, 4, 8, 16, 32])
     if variant == "single":
-        return {"variant": variant, "BLOCK_SIZE": _full_block(row_shape(problem)[1]), "ROWS_PER_PROGRAM": rows,
-                "num_warps": warps, "num_stages": 1}
-    return {"variant": variant, "BLOCK_SIZE": trial.suggest_categorical("BLOCK_SIZE", list(powers_of_two(MIN_BLOCK, 131072))),
-            "ROWS_PER_PROGRAM": rows, "num_warps": warps, "num_stages": trial.suggest_categorical("num_stages", [1, 2, 3, 4])}
+        return {
+            "variant": variant,
+            "BLOCK_SIZE": _full_block(row_shape(problem)[1]),
+            "ROWS_PER_PROGRAM": rows,
+            "num_warps": warps,
+            "num_stages": 1,
+        }
+    return {
+        "variant": variant,
+        "BLOCK_SIZE": trial.suggest_categorical("BLOCK_SIZE", list(powers_of_two(MIN_BLOCK, 131072))),
+        "ROWS_PER_PROGRAM": rows,
+        "num_warps": warps,
+        "num_stages": trial.suggest_categorical("num_stages", [1, 2, 3, 4]),
+    }
 
 
 _PARAMS = (

@@ -6,8 +6,8 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping, Sequence
 
-from autotune.runtime import registry
 from autotune.db import BestRow, ConfigStore, rows_to_merge
+from autotune.runtime import registry
 from autotune.spec import KernelSpec, dtype_from_name
 
 

@@ -63,16 +63,19 @@ class Arguments:
         sizes: dict[str, int] = {}
         for (name, decl), shape in zip(self.tensors.items(), shapes):
             if len(shape) != len(decl.dims):
-                raise ValueError(f"{self.kernel}: {name} must have {len(decl.dims)} dims {decl.dims}, "
-                                 f"got shape {tuple(shape)}")
+                raise ValueError(
+                    f"{self.kernel}: {name} must have {len(decl.dims)} dims {decl.dims}, got shape {tuple(shape)}"
+                )
             for dim, size in zip(decl.dims, shape):
                 if isinstance(dim, int):
                     if size != dim:
-                        raise ValueError(f"{self.kernel}: {name} must have size {dim} where declared, "
-                                         f"got shape {tuple(shape)}")
+                        raise ValueError(
+                            f"{self.kernel}: {name} must have size {dim} where declared, got shape {tuple(shape)}"
+                        )
                 elif sizes.setdefault(dim, size) != size:
-                    raise ValueError(f"{self.kernel}: {name} has {dim}={size}, but an earlier argument has "
-                                     f"{dim}={sizes[dim]}")
+                    raise ValueError(
+                        f"{self.kernel}: {name} has {dim}={size}, but an earlier argument has {dim}={sizes[dim]}"
+                    )
         return sizes
 
     def tensors_of(self, args: tuple, kwargs: dict) -> list[torch.Tensor]:
@@ -92,16 +95,22 @@ def declare(kernel: str, fn: Callable, args: Mapping[str, Any]) -> Arguments:
         raise TypeError(f"{kernel}: args= must be a dict of argument name -> autotune.Tensor(...), strategy or value")
     signature = inspect.signature(fn)
     params = signature.parameters
-    if "config" not in params or params["config"].kind not in (inspect.Parameter.KEYWORD_ONLY,
-                                                                  inspect.Parameter.POSITIONAL_OR_KEYWORD):
-        raise TypeError(f"{kernel}: the launcher must take the config as a keyword argument `config` "
-                        "(def launcher(x, y, *, config): ...)")
+    if "config" not in params or params["config"].kind not in (
+        inspect.Parameter.KEYWORD_ONLY,
+        inspect.Parameter.POSITIONAL_OR_KEYWORD,
+    ):
+        raise TypeError(
+            f"{kernel}: the launcher must take the config as a keyword argument `config` "
+            "(def launcher(x, y, *, config): ...)"
+        )
     positional = [n for n, p in params.items() if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
     tensors, positions, drawn, fixed = {}, {}, {}, {}
     for name, value in args.items():
         if name not in params or name == "config":
-            raise ValueError(f"{kernel}: args= names {name!r}, which is not a parameter of the launcher "
-                             f"(parameters: {[n for n in params if n != 'config']})")
+            raise ValueError(
+                f"{kernel}: args= names {name!r}, which is not a parameter of the launcher "
+                f"(parameters: {[n for n in params if n != 'config']})"
+            )
         if params[name].kind is inspect.Parameter.POSITIONAL_ONLY:
             raise TypeError(f"{kernel}: argument {name!r} is positional-only; the gate passes arguments by name")
         if isinstance(value, Tensor):
@@ -114,8 +123,14 @@ def declare(kernel: str, fn: Callable, args: Mapping[str, Any]) -> Arguments:
             fixed[name] = value
     if not tensors:
         raise ValueError(f"{kernel}: args= declares no autotune.Tensor(...): which arguments are the tensors?")
-    required = [n for n, p in params.items() if n != "config" and p.default is inspect.Parameter.empty
-                and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD) and n not in args]
+    required = [
+        n
+        for n, p in params.items()
+        if n != "config"
+        and p.default is inspect.Parameter.empty
+        and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
+        and n not in args
+    ]
     if required:
         raise ValueError(f"{kernel}: launcher parameter(s) {required} have no default and are not in args=")
     symbols = tuple(dict.fromkeys(s for t in tensors.values() for s in t.symbols))

@@ -25,8 +25,10 @@ def as_outputs(kernel: str, role: str, result: Any) -> tuple[torch.Tensor, ...]:
         return (result,)
     if isinstance(result, (tuple, list)) and result and all(isinstance(t, torch.Tensor) for t in result):
         return tuple(result)
-    raise TypeError(f"{kernel}: the {role} returned {type(result).__name__}; expected a tensor or a tuple of "
-                    "tensors (outputs are returned, not written into arguments)")
+    raise TypeError(
+        f"{kernel}: the {role} returned {type(result).__name__}; expected a tensor or a tuple of "
+        "tensors (outputs are returned, not written into arguments)"
+    )
 
 
 def deliver(kernel: str, result: Any, out: Outputs) -> Outputs:
@@ -38,8 +40,10 @@ def deliver(kernel: str, result: Any, out: Outputs) -> Outputs:
         raise TypeError(f"{kernel}: the launcher returned {len(got)} output(s), the reference {len(outs)}")
     for i, (g, o) in enumerate(zip(got, outs)):
         if g.shape != o.shape or g.dtype != o.dtype:
-            raise TypeError(f"{kernel}: output {i} is {g.dtype} {tuple(g.shape)}, where the reference in the "
-                            f"working dtype gives {o.dtype} {tuple(o.shape)}")
+            raise TypeError(
+                f"{kernel}: output {i} is {g.dtype} {tuple(g.shape)}, where the reference in the "
+                f"working dtype gives {o.dtype} {tuple(o.shape)}"
+            )
         if g is not o:
             o.copy_(g)
     return out
@@ -52,8 +56,10 @@ def _float64(inputs: Inputs) -> Inputs:
 def meta_result(reference: Callable, arguments: Arguments, problem: Problem, dtype: torch.dtype) -> Any:
     """What the reference returns for a problem on meta tensors (shapes and dtypes, no data, no work); None if
     it cannot run there or returns no tensors."""
-    inputs = {name: torch.empty(decl.shape(problem["sizes"]), device="meta", dtype=dtype)
-              for name, decl in arguments.tensors.items()}
+    inputs = {
+        name: torch.empty(decl.shape(problem["sizes"]), device="meta", dtype=dtype)
+        for name, decl in arguments.tensors.items()
+    }
     try:
         result = reference(**inputs, **problem.get("args", {}), **arguments.fixed)
         as_outputs(arguments.kernel, "reference", result)

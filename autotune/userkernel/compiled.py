@@ -38,8 +38,9 @@ def _schema_type(arguments: Arguments, name: str, param: inspect.Parameter) -> s
     return _SCALARS.get(type(value))
 
 
-def compiled_call(kernel: str, eager: Callable[..., Any], arguments: Arguments, reference: Callable,
-                  single: bool | None) -> CompiledCall | None:
+def compiled_call(
+    kernel: str, eager: Callable[..., Any], arguments: Arguments, reference: Callable, single: bool | None
+) -> CompiledCall | None:
     """The custom op calling `eager`, or None where the launcher's signature has an argument no schema type fits
     (one without a default that is not a tensor, *args, a default of another type) or the number of outputs is
     unknown (`single` None: the reference did not run on meta tensors). Then torch.compile breaks its graph at

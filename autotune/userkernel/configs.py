@@ -33,8 +33,10 @@ def space_of_configs(kernel: str, configs: Sequence[triton.Config]) -> SearchSpa
         if not isinstance(c, triton.Config):
             raise TypeError(f"{kernel}: configs[{i}] is a {type(c).__name__}, not a triton.Config")
         if getattr(c, "pre_hook", None) is not None:
-            raise ValueError(f"{kernel}: configs[{i}] has a pre_hook; a tuned launcher prepares its own buffers "
-                             "(a pre_hook cannot be stored in a database)")
+            raise ValueError(
+                f"{kernel}: configs[{i}] has a pre_hook; a tuned launcher prepares its own buffers "
+                "(a pre_hook cannot be stored in a database)"
+            )
         flat = as_dict(c)
         for name, value in flat.items():
             if not isinstance(value, PLAIN):
@@ -44,8 +46,10 @@ def space_of_configs(kernel: str, configs: Sequence[triton.Config]) -> SearchSpa
     for i, f in enumerate(flats):
         missing = [n for n in names if n not in f]
         if missing:
-            raise ValueError(f"{kernel}: configs[{i}] lacks {missing}, which other configs set: every config "
-                             "must set the same kwargs")
+            raise ValueError(
+                f"{kernel}: configs[{i}] lacks {missing}, which other configs set: every config "
+                "must set the same kwargs"
+            )
     params = tuple(Param(n, tuple(dict.fromkeys(f[n] for f in flats))) for n in names)
     listed = {_key(f) for f in flats}
     product = len(listed) == _count(params)

@@ -28,8 +28,14 @@ class TunedKernel:
     """A launcher under `@autotune.tune`: call it as the launcher, without `config` (or with one, to override
     the lookup); `.spec` is its KernelSpec, registered under `.spec.name`."""
 
-    def __init__(self, fn: Callable, spec_of: Callable[[TunedKernel], KernelSpec], arguments: Arguments,
-                 problems: ProblemSpace, reference: Callable) -> None:
+    def __init__(
+        self,
+        fn: Callable,
+        spec_of: Callable[[TunedKernel], KernelSpec],
+        arguments: Arguments,
+        problems: ProblemSpace,
+        reference: Callable,
+    ) -> None:
         functools.update_wrapper(self, fn)
         self.fn = fn
         self.spec = spec_of(self)
@@ -40,8 +46,9 @@ class TunedKernel:
         self._fewest_args = max(indices) + 1
         self._take = operator.itemgetter(*indices) if len(indices) > 1 else (lambda args, i=indices[0]: (args[i],))
         self._table = runtime.tuned(self.spec)
-        self._compiled = compiled_call(self.spec.name, self, arguments, reference,
-                                       _single_output(reference, arguments, self.spec))
+        self._compiled = compiled_call(
+            self.spec.name, self, arguments, reference, _single_output(reference, arguments, self.spec)
+        )
 
     def __call__(self, *args: Any, config: Any = None, **kwargs: Any) -> Any:
         if config is not None:
@@ -73,8 +80,10 @@ class TunedKernel:
         """The bucket of a call's shapes, checked first (once per exact shape: what the lookup memoizes)."""
         if dtype not in self.spec.dtypes:
             first = next(iter(self._arguments.tensors))
-            raise TypeError(f"{self.spec.name}: {first} is {dtype}; tuned for "
-                            f"{', '.join(DTYPE_NAMES[d] for d in self.spec.dtypes)} (tune(dtypes=...))")
+            raise TypeError(
+                f"{self.spec.name}: {first} is {dtype}; tuned for "
+                f"{', '.join(DTYPE_NAMES[d] for d in self.spec.dtypes)} (tune(dtypes=...))"
+            )
         return self._problems.bucket(self._problem(shapes))
 
     def __repr__(self) -> str:
@@ -136,9 +145,19 @@ def tune(
         chosen = space if space is not None else space_of_configs(kernel, configs)
 
         def spec_of(tuned: TunedKernel) -> KernelSpec:
-            return build_spec(fn, name=kernel, arguments=arguments, problems=problem_space, space=chosen,
-                              reference=reference, dtypes=dtypes, presets=presets, cost=cost, resources=resources,
-                              public=lambda inputs: tuned(**inputs))
+            return build_spec(
+                fn,
+                name=kernel,
+                arguments=arguments,
+                problems=problem_space,
+                space=chosen,
+                reference=reference,
+                dtypes=dtypes,
+                presets=presets,
+                cost=cost,
+                resources=resources,
+                public=lambda inputs: tuned(**inputs),
+            )
 
         tuned = TunedKernel(fn, spec_of, arguments, problem_space, reference)
         registry.register(tuned.spec, replace=True)  # a module imported again re-registers its kernels

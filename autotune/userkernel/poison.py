@@ -28,8 +28,12 @@ class OutputClaims(TorchFunctionMode):
         result = func(*args, **(kwargs or {}))
         if func in _UNINITIALIZED and isinstance(result, torch.Tensor):
             for i, out in enumerate(self.unclaimed):
-                if (out.shape == result.shape and out.dtype == result.dtype and out.device == result.device
-                        and out.stride() == result.stride()):
+                if (
+                    out.shape == result.shape
+                    and out.dtype == result.dtype
+                    and out.device == result.device
+                    and out.stride() == result.stride()
+                ):
                     return self.unclaimed.pop(i)
             if self.poison and result.is_floating_point():
                 result.fill_(float("nan"))

@@ -37,12 +37,18 @@ def _rules(kernel: str, symbols: Sequence[str], sizes: Mapping[str, Any] | None)
         rule = sizes.get(s, (1, DEFAULT_MOST))
         if isinstance(rule, SearchStrategy) or (isinstance(rule, int) and not isinstance(rule, bool) and rule >= 0):
             rules[s] = rule
-        elif (isinstance(rule, tuple) and len(rule) == 2 and all(isinstance(v, int) for v in rule)
-              and 0 <= rule[0] <= rule[1]):
+        elif (
+            isinstance(rule, tuple)
+            and len(rule) == 2
+            and all(isinstance(v, int) for v in rule)
+            and 0 <= rule[0] <= rule[1]
+        ):
             rules[s] = rule
         else:
-            raise ValueError(f"{kernel}: sizes[{s!r}] must be a size, a (lo, hi) range with 0 <= lo <= hi, or a "
-                             f"Hypothesis strategy; got {rule!r}")
+            raise ValueError(
+                f"{kernel}: sizes[{s!r}] must be a size, a (lo, hi) range with 0 <= lo <= hi, or a "
+                f"Hypothesis strategy; got {rule!r}"
+            )
     return rules
 
 
@@ -57,16 +63,23 @@ class ProblemSpace:
     custom: SearchStrategy | None = None
 
     @classmethod
-    def build(cls, arguments: Arguments, *, sizes: Mapping[str, Any] | None, key: Sequence[str] | None,
-              problems: SearchStrategy | None) -> ProblemSpace:
+    def build(
+        cls,
+        arguments: Arguments,
+        *,
+        sizes: Mapping[str, Any] | None,
+        key: Sequence[str] | None,
+        problems: SearchStrategy | None,
+    ) -> ProblemSpace:
         kernel, symbols = arguments.kernel, arguments.symbols
         key = tuple(symbols if key is None else ([key] if isinstance(key, str) else key))
         unknown = [k for k in key if k not in symbols]
         if unknown:
             raise ValueError(f"{kernel}: key= names {unknown}, not among the tensors' symbols {list(symbols)}")
         if problems is not None and not isinstance(problems, SearchStrategy):
-            raise TypeError(f"{kernel}: problems= must be a Hypothesis strategy of dicts of sizes, "
-                            f"got {type(problems).__name__}")
+            raise TypeError(
+                f"{kernel}: problems= must be a Hypothesis strategy of dicts of sizes, got {type(problems).__name__}"
+            )
         return cls(kernel, arguments, _rules(kernel, symbols, sizes), key, problems)
 
     def strategy(self, max_numel: int) -> SearchStrategy[Problem]:
@@ -103,8 +116,10 @@ class ProblemSpace:
         sizes = {s: rule for s, rule in self.rules.items() if isinstance(rule, int)} | drawn
         unknown, missing = sorted(set(sizes) - set(self.rules)), [s for s in self.rules if s not in sizes]
         if unknown or missing:
-            raise ValueError(f"{self.kernel}: problems= drew {drawn}; expected the sizes of {list(self.rules)} "
-                             "(and optionally a magnitude)")
+            raise ValueError(
+                f"{self.kernel}: problems= drew {drawn}; expected the sizes of {list(self.rules)} "
+                "(and optionally a magnitude)"
+            )
         return {"sizes": sizes, "magnitude": magnitude}
 
     def inputs(self, problem: Problem, dtype: torch.dtype, device: torch.device, seed: int) -> Inputs:
@@ -133,7 +148,9 @@ class ProblemSpace:
         for part in (p for p in text.split(",") if p.strip()):
             name, sep, value = (x.strip() for x in part.partition("="))
             if not sep or name not in self.rules:
-                raise ValueError(f"shape {text!r}: expected name=value pairs for {list(self.rules)}, separated by commas")
+                raise ValueError(
+                    f"shape {text!r}: expected name=value pairs for {list(self.rules)}, separated by commas"
+                )
             try:
                 given[name] = int(value)
             except ValueError:

@@ -23,7 +23,7 @@ def launcher_source(fn: Callable) -> str:
     try:
         text = textwrap.dedent(inspect.getsource(fn))
         node = ast.parse(text).body[0]
-        return "\n".join(text.splitlines()[node.lineno - 1:])
+        return "\n".join(text.splitlines()[node.lineno - 1 :])
     except (OSError, TypeError, SyntaxError, IndexError):
         code = fn.__code__
         return repr((code.co_code, code.co_consts, code.co_names))

@@ -18,12 +18,23 @@ import triton
 import triton.language as tl
 
 from autotune import gpu, runtime
-from autotune.kernels.attention import reference as math_
-from autotune.kernels.attention import problems as problems_
-from autotune.kernels.common import checks as _checks
 from autotune.kernels.attention import flash_attn_backward as backward_
-from autotune.kernels.attention.tiles import (LN2, compute_dtype, exp_, key_blocks, load_rows, mma, scalar,
-                                         score_multiplier, unit_stride, upcast, widen)
+from autotune.kernels.attention import problems as problems_
+from autotune.kernels.attention import reference as math_
+from autotune.kernels.attention.tiles import (
+    LN2,
+    compute_dtype,
+    exp_,
+    key_blocks,
+    load_rows,
+    mma,
+    scalar,
+    score_multiplier,
+    unit_stride,
+    upcast,
+    widen,
+)
+from autotune.kernels.common import checks as _checks
 from autotune.kernels.common import second_order as _second_order
 from autotune.kernels.common.grid import cdiv
 from autotune.kernels.common.rounding import round_to

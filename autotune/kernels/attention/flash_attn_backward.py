@@ -24,10 +24,22 @@ import triton
 import triton.language as tl
 
 from autotune import runtime
-from autotune.kernels.attention import reference as math_
 from autotune.kernels.attention import problems as problems_
-from autotune.kernels.attention.tiles import (LOG2E, compute_dtype, exp_, key_blocks, load_rows, mma, scalar,
-                                         score_multiplier, split_float, unit_stride, upcast, widen)
+from autotune.kernels.attention import reference as math_
+from autotune.kernels.attention.tiles import (
+    LOG2E,
+    compute_dtype,
+    exp_,
+    key_blocks,
+    load_rows,
+    mma,
+    scalar,
+    score_multiplier,
+    split_float,
+    unit_stride,
+    upcast,
+    widen,
+)
 from autotune.kernels.common.grid import cdiv
 from autotune.kernels.common.rounding import round_to
 from autotune.search_spaces.flash_attn import BACKWARD_SPACE, backward_resources, block_d, bucket

@@ -13,10 +13,10 @@ import math
 import torch
 from hypothesis import strategies as st
 
-from autotune.search_spaces.flash_attn import MAX_HEAD_DIM, dims
-from autotune.spec import Cost, Inputs
 from autotune.gate.strategies import sizes
+from autotune.search_spaces.flash_attn import MAX_HEAD_DIM, dims
 from autotune.space import next_pow2
+from autotune.spec import Cost, Inputs
 
 HEAD_DIMS = (16, 32, 64, 80, 96, 128, 256)
 """The head dims the kernels are built for; 80 and 96 run padded to 128 with masked lanes."""

@@ -18,6 +18,7 @@ import triton.language as tl
 
 from autotune.kernels.common.rounding import INTERPRETING
 
+
 def unit_stride(t: torch.Tensor) -> torch.Tensor:
     """t with elements of a head's row adjacent, as the kernels address them (a copy only where not)."""
     return t if t.stride(-1) == 1 or t.shape[-1] <= 1 else t.contiguous()

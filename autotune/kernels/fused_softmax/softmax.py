@@ -12,8 +12,16 @@ from autotune import runtime
 from autotune.kernels.common import checks as _checks
 from autotune.kernels.common.grid import cdiv
 from autotune.kernels.fused_softmax import softmax_backward
-from autotune.kernels.fused_softmax.problems import (PRESETS, as_rows, bucket_edges, cost, make_inputs, parse_shape,
-                                                     problems, problems_for_config)
+from autotune.kernels.fused_softmax.problems import (
+    PRESETS,
+    as_rows,
+    bucket_edges,
+    cost,
+    make_inputs,
+    parse_shape,
+    problems,
+    problems_for_config,
+)
 from autotune.search_spaces.softmax import SPACE, bucket
 from autotune.spec import Inputs, KernelSpec
 

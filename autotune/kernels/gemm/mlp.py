@@ -15,13 +15,22 @@ import triton.language as tl
 
 from autotune import runtime
 from autotune.kernels.common import checks as _checks
+from autotune.kernels.common.grid import cdiv
 from autotune.kernels.gemm import gemm as _gemm
 from autotune.kernels.gemm import problems as problems_
 from autotune.kernels.gemm.gemm import accumulate, activate, dot_pointers, partial_sums, store_tile
-from autotune.kernels.common.grid import cdiv
 from autotune.kernels.gemm.matmul import (
-    activation_backward, apply_activation, as_rows, check_activation, check_dtype, check_like, gemm_spec, linear_call,
-    linear_rows, mm, needs_graph,
+    activation_backward,
+    apply_activation,
+    as_rows,
+    check_activation,
+    check_dtype,
+    check_like,
+    gemm_spec,
+    linear_call,
+    linear_rows,
+    mm,
+    needs_graph,
 )
 from autotune.search_spaces.mlp import SPACE, bucket, resources
 from autotune.spec import DTYPE_NAMES, Inputs

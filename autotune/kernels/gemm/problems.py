@@ -18,13 +18,12 @@ import math
 import torch
 from hypothesis import strategies as st
 
-from autotune.kernels.gemm.gemm import ACTIVATIONS
-from autotune.spec import Cost, parse_sizes
-from autotune.search_spaces.matmul import SPACE
-from autotune.space import Config
 from autotune.gate.strategies import class_floor, sizes, sizes_in_classes
-from autotune.space import next_pow2
 from autotune.identity import config_key
+from autotune.kernels.gemm.gemm import ACTIVATIONS
+from autotune.search_spaces.matmul import SPACE
+from autotune.space import Config, next_pow2
+from autotune.spec import Cost, parse_sizes
 
 EDGE_SIZES = (1, 7, 33, 65, 129, 4097)
 """Sizes that break tiling: 1, primes, one past a power of two (a block holding all but one element)."""

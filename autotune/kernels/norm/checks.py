@@ -1,10 +1,11 @@
-"""Argument checks of layer_norm and rms_norm, run on every call before any launch: the common spellings
-take a few attribute reads, anything else the general path with its clear errors."""
+"""Argument checks of the norms, run on every call before any launch: layer_norm's and rms_norm's common spellings
+take a few attribute reads, anything else the general path with its clear errors; group_norm's arguments."""
 
 from __future__ import annotations
 
 import math
 import numbers
+import operator
 from collections.abc import Sequence
 
 import torch
@@ -58,3 +59,33 @@ def check(x, normalized_shape, weight, bias, eps, residual, *, eps_may_be_none: 
     if not eps >= 0 or math.isinf(eps):
         raise ValueError(f"eps must be a finite float >= 0, got {eps}")
     return shape
+
+
+def group_norm_arguments(x, num_groups, weight, bias, eps, activation) -> int:
+    """group_norm's arguments checked before any launch (clear errors, never a device crash); num_groups as an int."""
+    _checks.float_tensor("x", x)
+    if x.dim() < 2:
+        raise ValueError(f"x must have at least 2 dims (N, C, *), got shape {tuple(x.shape)}")
+    try:
+        num_groups = operator.index(num_groups)
+    except TypeError:
+        raise TypeError(f"num_groups must be an int, got {type(num_groups).__name__}") from None
+    c = x.shape[1]
+    if num_groups < 1 or c % num_groups:
+        raise ValueError(
+            f"num_groups={num_groups} must be >= 1 and divide the {c} channels of x (shape {tuple(x.shape)})"
+        )
+    for name, t in (("weight", weight), ("bias", bias)):
+        if t is not None:
+            _checks.float_tensor(name, t)
+            if t.shape != (c,):
+                raise ValueError(f"{name} must have shape ({c},) (the channels of x), got {tuple(t.shape)}")
+            _checks.same_device("x", x, name, t)
+            _checks.same_dtype("x", x, name, t)
+    if isinstance(eps, bool) or not isinstance(eps, (int, float)):
+        raise TypeError(f"eps must be a float, got {type(eps).__name__}")
+    if not eps >= 0:
+        raise ValueError(f"eps must be >= 0, got {eps!r}")
+    if activation is not None and activation not in ("silu", "mish"):
+        raise ValueError(f"activation must be None, 'silu' or 'mish', got {activation!r}")
+    return num_groups

@@ -3,26 +3,42 @@ tuned forward and backward kernels; a torch custom op, so torch.compile(fullgrap
 
 from __future__ import annotations
 
-import operator
-
 import torch
 import triton
 import triton.language as tl
 
 from autotune import runtime
 from autotune.kernels.common import checks as _checks
-from autotune.kernels.norm import group_norm_backward  # also registers the backward op
-from autotune.kernels.common.grid import cdiv
 from autotune.kernels.common import second_order as _second_order
-from autotune.kernels.norm.reference import group_norm_gradients
+from autotune.kernels.common.grid import cdiv
+from autotune.kernels.norm import group_norm_backward  # also registers the backward op
+from autotune.kernels.norm.checks import group_norm_arguments
 from autotune.kernels.norm.group_norm_common import (
-    ACTIVATIONS, accumulator, activate, affine, apply_activation, bucket_edges, channels_inner, check_span, cost,
-    dense_like_torch, flat_strides, INTERPRETER_PRESETS, lookup_config, make_forward_inputs, parse_shape, PRESETS,
-    problems, problems_for_config, reference_forward, spatial_size,
+    ACTIVATIONS,
+    INTERPRETER_PRESETS,
+    PRESETS,
+    accumulator,
+    activate,
+    affine,
+    apply_activation,
+    bucket_edges,
+    channels_inner,
+    check_span,
+    cost,
+    dense_like_torch,
+    flat_strides,
+    lookup_config,
+    make_forward_inputs,
+    parse_shape,
+    problems,
+    problems_for_config,
+    reference_forward,
+    spatial_size,
 )
+from autotune.kernels.norm.reference import group_norm_gradients
 from autotune.search_spaces.group_norm import SPACE, bucket, bucket_distance, tile_shape
-from autotune.spec import Inputs, KernelSpec
 from autotune.space import next_pow2
+from autotune.spec import Inputs, KernelSpec
 
 
 @triton.jit
@@ -411,31 +427,7 @@ def group_norm(
     gradients (create_graph=True) runs torch's group_norm instead. A torch custom op, so it works inside
     torch.compile(fullgraph=True).
     """
-    _checks.float_tensor("x", x)
-    if x.dim() < 2:
-        raise ValueError(f"x must have at least 2 dims (N, C, *), got shape {tuple(x.shape)}")
-    try:
-        num_groups = operator.index(num_groups)
-    except TypeError:
-        raise TypeError(f"num_groups must be an int, got {type(num_groups).__name__}") from None
-    c = x.shape[1]
-    if num_groups < 1 or c % num_groups:
-        raise ValueError(
-            f"num_groups={num_groups} must be >= 1 and divide the {c} channels of x (shape {tuple(x.shape)})"
-        )
-    for name, t in (("weight", weight), ("bias", bias)):
-        if t is not None:
-            _checks.float_tensor(name, t)
-            if t.shape != (c,):
-                raise ValueError(f"{name} must have shape ({c},) (the channels of x), got {tuple(t.shape)}")
-            _checks.same_device("x", x, name, t)
-            _checks.same_dtype("x", x, name, t)
-    if isinstance(eps, bool) or not isinstance(eps, (int, float)):
-        raise TypeError(f"eps must be a float, got {type(eps).__name__}")
-    if not eps >= 0:
-        raise ValueError(f"eps must be >= 0, got {eps!r}")
-    if activation is not None and activation not in ("silu", "mish"):
-        raise ValueError(f"activation must be None, 'silu' or 'mish', got {activation!r}")
+    num_groups = group_norm_arguments(x, num_groups, weight, bias, eps, activation)
     act = activation or "none"
     eager = not torch.compiler.is_compiling() and type(x) in _checks.EAGER_TYPES
     if not (eager and x.numel()):

@@ -17,13 +17,28 @@ import triton.language as tl
 from autotune import runtime
 from autotune.kernels.common.grid import cdiv
 from autotune.kernels.norm.group_norm_common import (
-    ACTIVATIONS, accumulator, activation_grad, bucket_edges, channels_inner, cost, dense_like_torch, flat_strides,
-    INTERPRETER_PRESETS, lookup_config, make_forward_inputs, parse_shape, PRESETS, problems, problems_for_config,
-    reference_forward, spatial_size, with_layout,
+    ACTIVATIONS,
+    INTERPRETER_PRESETS,
+    PRESETS,
+    accumulator,
+    activation_grad,
+    bucket_edges,
+    channels_inner,
+    cost,
+    dense_like_torch,
+    flat_strides,
+    lookup_config,
+    make_forward_inputs,
+    parse_shape,
+    problems,
+    problems_for_config,
+    reference_forward,
+    spatial_size,
+    with_layout,
 )
 from autotune.search_spaces.group_norm import BACKWARD_SPACE, bucket, bucket_distance, tile_shape
-from autotune.spec import Inputs, KernelSpec
 from autotune.space import next_pow2
+from autotune.spec import Inputs, KernelSpec
 
 REDUCE_BLOCK_ROWS = 16
 REDUCE_BLOCK_C = 64

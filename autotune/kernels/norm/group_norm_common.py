@@ -11,12 +11,19 @@ import triton
 import triton.language as tl
 from hypothesis import strategies as st
 
-from autotune.search_spaces.group_norm import bucket, group_shape
-from autotune.spec import Cost, parse_sizes
-from autotune.space import Config, SearchSpace
 from autotune.gate.strategies import (
-    class_floor, edge_sizes, factorizations, magnitudes, next_pow2, pow2_classes, sizes, sizes_in_classes,
+    class_floor,
+    edge_sizes,
+    factorizations,
+    magnitudes,
+    next_pow2,
+    pow2_classes,
+    sizes,
+    sizes_in_classes,
 )
+from autotune.search_spaces.group_norm import bucket, group_shape
+from autotune.space import Config, SearchSpace
+from autotune.spec import Cost, parse_sizes
 
 ACTIVATIONS = {"none": 0, "silu": 1, "mish": 2}
 """Activation name -> the ACTIVATION constexpr of the kernels."""

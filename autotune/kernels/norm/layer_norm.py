@@ -12,13 +12,13 @@ import triton.language as tl
 
 from autotune import runtime
 from autotune.kernels.common import checks as _checks
+from autotune.kernels.common import second_order as _second_order
+from autotune.kernels.common.rounding import round_to
 from autotune.kernels.norm import checks as _norm_checks
-from autotune.kernels.norm import problems as problems_
 from autotune.kernels.norm import layer_norm_backward as backward_
+from autotune.kernels.norm import problems as problems_
 from autotune.kernels.norm.reference import forward_floor, norm_gradients, torch_norm
 from autotune.kernels.norm.rows import as_rows, flat, unit_stride
-from autotune.kernels.common.rounding import round_to
-from autotune.kernels.common import second_order as _second_order
 from autotune.search_spaces.layer_norm import FORWARD_SPACE, bucket
 from autotune.spec import Inputs, KernelSpec
 

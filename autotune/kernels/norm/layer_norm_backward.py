@@ -15,19 +15,18 @@ it would not.
 
 from __future__ import annotations
 
-
 import torch
 import triton
 import triton.language as tl
 
 from autotune import gpu, runtime
-from autotune.kernels.norm import problems as problems_
-from autotune.kernels.norm.rows import as_rows, flat, mixed_params, unit_stride
 from autotune.kernels.common.grid import cdiv
 from autotune.kernels.common.rounding import round_to
+from autotune.kernels.norm import problems as problems_
+from autotune.kernels.norm.rows import as_rows, flat, mixed_params, unit_stride
 from autotune.search_spaces.layer_norm import BACKWARD_SPACE, bucket
-from autotune.spec import Inputs, KernelSpec
 from autotune.space import next_pow2
+from autotune.spec import Inputs, KernelSpec
 
 INTERPRETER_SMS = 2
 """The interpreter has no SMs; a few programs per "SM" still make the cross-program sums real."""

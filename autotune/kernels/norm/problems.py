@@ -14,11 +14,10 @@ import math
 import torch
 from hypothesis import strategies as st
 
-from autotune.search_spaces.layer_norm import row_shape
-from autotune.spec import Cost, Inputs, parse_sizes
-from autotune.space import Config, SearchSpace
 from autotune.gate.strategies import PROBE_ROWS, magnitudes, shapes, sizes, sizes_in_classes, steered_classes
-from autotune.space import next_pow2
+from autotune.search_spaces.layer_norm import row_shape
+from autotune.space import Config, SearchSpace, next_pow2
+from autotune.spec import Cost, Inputs, parse_sizes
 
 WIDTHS = (1, 2, 3, 5, 7, 13, 31, 127, 509, 1021, 4093, 4095, 4096, 5120, 11008, 65537, 131071)
 """Row lengths that break kernels: 1, primes, one short of a block, and the hidden sizes of real models."""

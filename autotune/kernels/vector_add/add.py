@@ -8,11 +8,11 @@ import triton.language as tl
 from hypothesis import strategies as st
 
 from autotune import runtime
+from autotune.gate.strategies import magnitudes, shapes
 from autotune.kernels.common import checks as _checks
 from autotune.kernels.common.grid import cdiv
 from autotune.search_spaces.add import SPACE, bucket
 from autotune.spec import Cost, Inputs, KernelSpec, parse_sizes
-from autotune.gate.strategies import magnitudes, shapes
 
 
 @triton.jit
