@@ -48,7 +48,7 @@ def test_db_verify_reports_the_row_whose_check_raises_and_goes_on_with_the_next(
     assert broken["result"] == "error" and broken["examples"] == 0
     detail = broken["minimal failing problem / why skipped"]
     assert detail.startswith("verification raised InvalidOutputs: empty_blind_add's baseline returned a NoneType")
-    assert "(at verify.py:" in detail and detail.endswith("not recorded")
+    assert "(at compare.py:" in detail and detail.endswith("not recorded")
     assert good["result"] == "pass" and good["examples"] >= 10
 
     with ConfigStore(str(user_db)) as store:

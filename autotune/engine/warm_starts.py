@@ -37,7 +37,7 @@ def warm_starts(
     Given the problem, then the space's own starts for it (`SearchSpace.starts`: configs known to do well on
     such problems), and up to NEIGHBOUR_WARM_STARTS winners of neighbouring searches that run on it,
     nearest first: this bucket in another dtype or on another GPU, then the nearest buckets (from `store`
-    and the databases the runtime reads). Each is only a first guess, measured here like any trial."""
+    and the shipped database). Each is only a first guess, measured here like any trial."""
     configs = [dict(spec.space.default)]
     if store is not None:
         rows = [
@@ -95,7 +95,9 @@ def _neighbour_winners(spec: KernelSpec, store: ConfigStore | None, key: RowKey,
     """Stored bests of this kernel's source other than this search's own row that run on `problem`, nearest
     bucket first, then the same dtype, then the same GPU (other GPUs' only on a GPU)."""
     rows = [] if store is None else store.best_rows(kernel=key.kernel, source_hash=key.source_hash)
-    for _url, found in runtime.read_rows(key.kernel, source_hash=key.source_hash, skip=store):
+    # The search's own store, and the shipped rows: a search sees what it will store into and what ships, as the
+    # runtime serves them, but no other database (a search into another file never takes the user database's rows).
+    for _url, found in runtime.read_rows(key.kernel, source_hash=key.source_hash, skip=store, shipped_only=True):
         if not isinstance(found, Exception):  # an unreadable database offers no first guesses
             rows += found
     # Under the interpreter a GPU's winner is no better a guess than any other config.

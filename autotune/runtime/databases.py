@@ -25,14 +25,20 @@ def database_urls() -> list[tuple[str, bool]]:
 
 
 def read_rows(
-    kernel: str, *, source_hash: str | None = None, gpu: str | None = None, skip: ConfigStore | None = None
+    kernel: str,
+    *,
+    source_hash: str | None = None,
+    gpu: str | None = None,
+    skip: ConfigStore | None = None,
+    shipped_only: bool = False,
 ) -> list[tuple[str, list[BestRow] | Exception]]:
     """Each database's best rows of kernel matching the filters, most preferred database first: (url, rows),
-    or (url, the exception) for a database that cannot be read. `skip`: a store already read by the caller.
+    or (url, the exception) for a database that cannot be read. `skip`: a store already read by the caller;
+    `shipped_only`: the database shipped in the package alone.
     A url may hold a password: print it through `db.masked_url`."""
     found: list[tuple[str, list[BestRow] | Exception]] = []
-    for url, _shipped in database_urls():
-        if skip is not None and skip.url == url:
+    for url, shipped in database_urls():
+        if (skip is not None and skip.url == url) or (shipped_only and not shipped):
             continue
         try:
             with ConfigStore(url, readonly=True) as store:
