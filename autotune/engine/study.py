@@ -62,10 +62,10 @@ def run_trials(
     def stop_when_spent(study: optuna.Study, _trial: optuna.trial.FrozenTrial) -> None:
         # Configs the constraints reject cost nothing (never compiled), nor do repeats (cached):
         # the budget counts distinct configs evaluated.
-        if budget_spent(study, plan):
+        if _done(study, plan):
             study.stop()
 
-    if budget_spent(study, plan):
+    if _done(study, plan):
         return 0
     started = time.perf_counter()
     if pool is not None:
@@ -74,6 +74,15 @@ def run_trials(
         study.optimize(objective, n_trials=plan.max_trials, timeout=plan.timeout, callbacks=[stop_when_spent], catch=())
     evaluator.seconds["search"] = evaluator.seconds.get("search", 0.0) + time.perf_counter() - started
     return len(ran)
+
+
+def _done(study: optuna.Study, plan: StudyPlan) -> bool:
+    """The budget is spent and no retry of a dead worker's trial is still queued: a retry is run even past the
+    budget (its config is usually known by then, and costs nothing), so that no trial is left unfinished."""
+    if not budget_spent(study, plan):
+        return False
+    waiting = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.WAITING,))
+    return not any("failed_trial" in trial.system_attrs for trial in waiting)
 
 
 def _run_in_batches(
