@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import sys
 import time
@@ -197,24 +198,24 @@ def search(
     except ValueError as exc:
         raise click.ClickException(str(exc)) from None
     gpu.warn_if_interpreter_timings()
+    options = SearchOptions(
+        gpu_name=gpu_name,
+        trials=trials,
+        timeout=timeout,
+        sampler=sampler,
+        seed=seed,
+        examples=examples,
+        final_examples=final_examples,
+        warm_start=warm_start,
+        cold=cold,
+        **({"heartbeat_s": heartbeat} if heartbeat else {}),
+    )
     if storage or workers or gpus:
         if compile_workers:
             raise click.UsageError(
                 "--compile-workers is for a one-process search; not with --storage, --workers or --gpus"
             )
         jobs = [(problem, dtype) for dtype in dtypes_of(dtypes, spec) for problem in problems]
-        options = SearchOptions(
-            gpu_name=gpu_name,
-            trials=trials,
-            timeout=timeout,
-            sampler=sampler,
-            seed=seed,
-            examples=examples,
-            final_examples=final_examples,
-            warm_start=warm_start,
-            cold=cold,
-            **({"heartbeat_s": heartbeat} if heartbeat else {}),
-        )
         emit([_search_row(spec, r) for r in _search_shared(spec, jobs, db_url, storage, workers, gpus, options)], fmt)
         return
     rows = []
@@ -245,23 +246,15 @@ def search(
                             file=sys.stderr,
                         )
 
-                    options = SearchOptions(
-                        gpu_name=gpu_name,
-                        trials=trials,
-                        timeout=timeout,
-                        sampler=sampler,
-                        seed=seed,
-                        examples=examples,
-                        final_examples=final_examples,
+                    study_options = dataclasses.replace(
+                        options,
                         isolate=isolate,
                         trial_timeout=trial_timeout,
-                        warm_start=warm_start,
-                        cold=cold,
                         on_trial=tick,
                         on_final_check=final_checked,
                     )
                     result = run_search(
-                        spec, problem, dtype, options, store=store, storage=storage, compile_workers=pool
+                        spec, problem, dtype, study_options, store=store, storage=storage, compile_workers=pool
                     )
                 phases = ", ".join(f"{k} {v:.1f}" for k, v in result.seconds.items())
                 click.echo(
