@@ -21,7 +21,7 @@ import torch
 
 from autotune import kernels
 from autotune.nn import route_sdpa, support
-from autotune.nn.routing import fell_back, routed
+from autotune.nn.routing import route, routed
 from autotune.patching.context import PatchContext
 
 ATTENTION = {"measured": "autotune", "always": "autotune_always"}
@@ -42,19 +42,22 @@ class _TunedRMSNorm:
     _autotune_policy: str
 
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
-        x, weight = hidden_states, self.weight
+        weight = support.parameter(self, "weight")
+        if route(("rms_norm", self._autotune_policy, "transformers"), self._decide, hidden_states, weight) is True:
+            n = hidden_states.shape[-1]
+            return kernels.rms_norm(hidden_states, (n,), weight, eps=self.variance_epsilon)
+        return super().forward(hidden_states)
+
+    def _decide(self, settings: tuple, x: torch.Tensor, weight: torch.Tensor) -> bool | str:
         why = support.tensor(x) or support.empty(x)
         if why is None and (
             weight.dtype is not x.dtype or weight.shape != x.shape[-1:] or weight.get_device() != x.get_device()
         ):
             why = "a weight in another dtype, shape or device than the input's"
-        if why is None:
-            n = x.shape[-1]
-            if routed(self._autotune_policy, "rms_norm", x.dtype, x.numel() // n, n, support.grad_needed(x, weight)):
-                return kernels.rms_norm(x, (n,), weight, eps=self.variance_epsilon)
-        else:
-            fell_back("rms_norm", why)
-        return super().forward(hidden_states)
+        if why is not None:
+            return why
+        n = x.shape[-1]
+        return routed(self._autotune_policy, "rms_norm", x.dtype, x.numel() // n, n, support.grad_needed(x, weight))
 
 
 @functools.cache
