@@ -6,8 +6,9 @@
   its forward.
 - Attention: a model on "sdpa" is switched, through transformers' attention-function registry
   (`AttentionInterface`, and the sdpa mask function under the same name in `AttentionMaskInterface`), to
-  transformers' own sdpa function run inside `route_sdpa`: its F.scaled_dot_product_attention call (mask, GQA and
-  causal handling as transformers does them) goes to flash_attn where it takes the arguments.
+  transformers' own sdpa function with its sdpa calls routed (`sdpa_scope.call_routed`): its
+  F.scaled_dot_product_attention call (mask, GQA and causal handling as transformers does them) goes to flash_attn
+  where it takes the arguments.
 """
 
 from __future__ import annotations
@@ -20,8 +21,9 @@ import textwrap
 import torch
 
 from autotune import kernels
-from autotune.nn import route_sdpa, support
+from autotune.nn import support
 from autotune.nn.routing import route, routed
+from autotune.patching import sdpa_scope
 from autotune.patching.context import PatchContext
 
 ATTENTION = {"measured": "autotune", "always": "autotune_always"}
@@ -69,8 +71,9 @@ def _attention(policy: str):
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
     def attention(module, query, key, value, attention_mask, **kwargs):
-        with route_sdpa(policy):
-            return sdpa_attention_forward(module, query, key, value, attention_mask, **kwargs)
+        return sdpa_scope.call_routed(
+            policy, sdpa_attention_forward, module, query, key, value, attention_mask, **kwargs
+        )
 
     return attention
 
