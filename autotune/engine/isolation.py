@@ -344,9 +344,10 @@ def _serve(conn, *args) -> None:
     try:
         evaluator = _build(*args)
     except Exception as exc:
-        conn.send(("failed", _describe(exc)))
+        _reply(conn, ("failed", _describe(exc)))
         return
-    conn.send(("ready", None))
+    if not _reply(conn, ("ready", None)):
+        return
     while True:
         try:
             op, args = conn.recv()
@@ -363,9 +364,19 @@ def _serve(conn, *args) -> None:
             reply = ("failed", _describe(exc))
         fault = _gpu_fault()
         if fault is not None:
-            conn.send(("lost", fault))
+            _reply(conn, ("lost", fault))
             os._exit(1)  # tearing a broken context down can hang or crash: leave at once
-        conn.send(reply)
+        if not _reply(conn, reply):
+            return
+
+
+def _reply(conn, message: tuple) -> bool:
+    """Send message to the parent; False if it has closed the pipe (stopped this worker mid-request: Ctrl-C)."""
+    try:
+        conn.send(message)
+    except (BrokenPipeError, ConnectionResetError):
+        return False
+    return True
 
 
 def _evaluate(evaluator: Evaluator, config: Config, number: int, timing: dict) -> tuple:

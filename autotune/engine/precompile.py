@@ -166,8 +166,11 @@ _inputs = cachetools.LRUCache(MAX_CACHED_INPUT_BYTES, getsizeof=tensor_bytes)
 
 
 def ignore_interrupts() -> None:
-    """In a worker process: Ctrl-C (SIGINT, which a terminal sends to the whole process group) is the parent's to
-    handle; the parent stops its workers, so a worker neither dies mid-reply nor prints a traceback."""
+    """In a worker process: Ctrl-C is the parent's to handle (it stops its workers). A terminal sends SIGINT to
+    its whole foreground process group, so the worker leaves that group (its compiler subprocesses with it:
+    an interrupted ptxas makes Triton print the whole PTX) and ignores SIGINT sent to it anyway."""
+    if hasattr(os, "setpgrp"):
+        os.setpgrp()
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
