@@ -26,8 +26,8 @@ IMPLEMENTATIONS = ("tuned", "tuned-launch", "default", "torch", "compile", "vend
 """What can be timed: the public function as users call it (it launches the runtime's config: exact bucket,
 nearest, else default; the tuned config launched directly where a kernel has none), the tuned config launched
 directly, the default config, the baseline in PyTorch eager, the baseline under torch.compile, the
-vendor library call (kernels that have one), Liger-Kernel's op (softmax, layer_norm, rms_norm; where installed)
-and a device copy of the bytes the kernel must move (its cost's)."""
+vendor library call (kernels that have one), Liger-Kernel's op (softmax, layer_norm, rms_norm, gated_mlp; where
+installed) and a device copy of the bytes the kernel must move (its cost's)."""
 AGAINST = ("default", "torch", "compile", "vendor", "liger", "copy")
 """What the tuned kernel can be compared against."""
 FORWARD_ONLY = ("tuned-launch", "default", "vendor")
