@@ -114,10 +114,7 @@ def test_an_eager_call_skips_the_ops_dispatch_and_gets_the_ops_gradients():
         _, eager = grads(ours("silu"), inputs, g)
     assert autotune_ops(calls.names) == []
 
-    def through_op(x, wg, wu, wd, bg, bu, bd):
-        return _gated_mlp_op(x, wg, bg, wu, bu, wd, bd, "silu", True)[0]
-
-    _, op = grads(through_op, inputs, g)
+    _, op = grads(through_op("silu"), inputs, g)
     for e, o in zip(eager, op):
         assert torch.equal(e, o)
 
@@ -133,10 +130,20 @@ def penalty_gradients(fn, inputs, dtype):
     return recorded, [torch.zeros_like(t) if g is None else g for t, g in zip(leaves, second)]
 
 
+def through_op(activation):
+    """The custom op (what torch.compile traces and tensor subclasses reach)."""
+
+    def forward(x, wg, wu, wd, bg, bu, bd):
+        return _gated_mlp_op(x, wg, bg, wu, bu, wd, bd, "none" if activation is None else activation, True)[0]
+
+    return forward
+
+
+@pytest.mark.parametrize("path", (ours, through_op), ids=("eager", "op"))
 @pytest.mark.parametrize("activation", ("silu", "gelu_tanh"))
-def test_a_gradient_penalty_matches_float64(activation):
+def test_a_gradient_penalty_matches_float64(activation, path):
     inputs, _ = tensors(4, m=(5,), k=8, h=7, n=4)
-    recorded, got = penalty_gradients(ours(activation), inputs, torch.float32)
+    recorded, got = penalty_gradients(path(activation), inputs, torch.float32)
     torch_recorded, want = penalty_gradients(torch_gated(activation), inputs, torch.float64)
     assert recorded == torch_recorded == [True] * 6 + [False]  # the down bias's gradient is dy summed: no graph
     for i, (g, w) in enumerate(zip(got, want)):
