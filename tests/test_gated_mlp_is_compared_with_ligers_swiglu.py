@@ -40,11 +40,17 @@ def fake_liger(tmp_path, monkeypatch):
         )
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.setattr(peers, "_liger_runs_here", lambda: True)
+    forget_liger()  # another test's stand-in, if one is still imported
     import liger_kernel
 
     yield liger_kernel.CALLS
+    forget_liger()
+
+
+def forget_liger() -> None:
+    """Drop every imported liger_kernel module, for good (monkeypatch would put them back as it undoes its changes)."""
     for name in [m for m in sys.modules if m.startswith("liger_kernel")]:
-        monkeypatch.delitem(sys.modules, name)
+        del sys.modules[name]
 
 
 def test_ligers_swiglu_and_geglu_mlps_give_torchs_result(fake_liger):
