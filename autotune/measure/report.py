@@ -28,8 +28,9 @@ IMPLEMENTATIONS = ("tuned", "tuned-launch", *AGAINST)
 """What can be timed: the public function as users call it (it launches the runtime's config: exact bucket,
 nearest, else default; the tuned config launched directly where a kernel has none), the tuned config launched
 directly, the default config, the baseline in PyTorch eager, the baseline under torch.compile, the
-vendor library call (kernels that have one), Liger-Kernel's op (softmax, layer_norm, rms_norm; where installed),
-a device copy of the bytes the kernel must move (its cost's) and torch's sdpa with each backend (flash_attn)."""
+vendor library call (kernels that have one), Liger-Kernel's op (softmax, layer_norm, rms_norm, gated_mlp; where
+installed), a device copy of the bytes the kernel must move (its cost's) and torch's sdpa with each backend
+(flash_attn)."""
 FORWARD_ONLY = ("tuned-launch", "default", "vendor")
 """Implementations that launch one kernel's config directly: not timed with `backward` (forward + backward)."""
 FORWARD_AND_BACKWARD = "forward+backward"

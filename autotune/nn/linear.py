@@ -1,5 +1,5 @@
 """Linear (optionally with its activation fused), MLP (Linear -> activation -> Linear) and GatedMLP (Llama's
-SwiGLU/GeGLU block): torch-compatible modules whose forward runs the tuned GEMM kernels.
+SwiGLU/GeGLU block, through gated_mlp): torch-compatible modules whose forward runs the tuned GEMM kernels.
 
 Each falls back to torch where the kernel does not take the call, and says why in `autotune.nn.fallbacks()`: an
 input that is not a float32 or float16 tensor (bfloat16 too on a GPU: the Triton interpreter computes bfloat16
@@ -166,9 +166,11 @@ class GatedMLP(torch.nn.Module):
     """down(activation(gate(x)) * up(x)): the gated MLP of Llama, Mistral and Qwen (SwiGLU with "silu", GeGLU with
     "gelu" or "gelu_tanh"), with transformers' LlamaMLP state_dict keys (gate_proj, up_proj, down_proj).
 
-    It runs three routed `linear` calls, the gate's with its activation fused in the epilogue, and the product
-    act(g) * u in torch: one GEMM for the gate and up projections with act(g) * u in its epilogue is not a
-    kernel of this package yet."""
+    It runs the tuned `gated_mlp`: the gate and up projections as one GEMM with act(g) * u in its epilogue, then the
+    down projection. Under the "measured" policy a call autograd records runs as three routed `linear` calls (the
+    gate's with its activation fused) and the product in torch: gated_mlp's backward has no stored rows of its own
+    to show it as fast as torch's; a call without autograd runs `gated_mlp` where its row shows it at least as fast.
+    """
 
     policy: str = "always"
 
@@ -193,6 +195,32 @@ class GatedMLP(torch.nn.Module):
         self.policy = check_policy(policy)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        gate = linear(x, self.gate_proj.weight, self.gate_proj.bias, self.activation, self.policy)
-        up = linear(x, self.up_proj.weight, self.up_proj.bias, None, self.policy)
-        return linear(gate * up, self.down_proj.weight, self.down_proj.bias, None, self.policy)
+        gate, up, down = self.gate_proj, self.up_proj, self.down_proj
+        why = _reason(x, gate.weight, gate.bias)
+        if why is None and (up.weight.shape != gate.weight.shape or down.weight.shape[1] != gate.weight.shape[0]):
+            why = "the projections' shapes do not chain"
+        for p in (up.weight, up.bias, down.weight, down.bias):
+            why = why or support.param(p, x, float32_ok=False)
+        if why is None:
+            k, h = x.shape[-1], gate.weight.shape[0]
+            grad = support.grad_needed(x, gate.weight, gate.bias, up.weight, up.bias, down.weight, down.bias)
+            if (
+                self.policy == "always"
+                or not grad
+                and routed(self.policy, "gated_mlp", x.dtype, x.numel() // k, k, h, down.weight.shape[0])
+            ):
+                return kernels.gated_mlp(
+                    x,
+                    gate.weight,
+                    up.weight,
+                    down.weight,
+                    self.activation,
+                    b_gate=gate.bias,
+                    b_up=up.bias,
+                    b_down=down.bias,
+                )
+        else:
+            fell_back("gated_mlp", why)
+        hidden = linear(x, gate.weight, gate.bias, self.activation, self.policy)
+        hidden = hidden * linear(x, up.weight, up.bias, None, self.policy)
+        return linear(hidden, down.weight, down.bias, None, self.policy)
