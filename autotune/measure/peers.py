@@ -16,7 +16,7 @@ from autotune.spec import Inputs, KernelSpec
 
 Outputs = torch.Tensor | tuple[torch.Tensor, ...]
 LIGER_MISSING = "liger-kernel is not installed (pip install 'autotune[liger]')"
-LIGER_KERNELS = ("softmax", "layer_norm", "rms_norm")
+LIGER_KERNELS = ("softmax", "layer_norm", "rms_norm", "gated_mlp")
 """The kernels Liger-Kernel has an op for (`liger_function`)."""
 
 
