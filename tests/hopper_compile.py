@@ -67,6 +67,18 @@ VARIANT_CONFIGS = {
         {"variant": "single", "BLOCK_SIZE": 512, "ROWS_PER_PROGRAM": 2, "num_warps": 4, "num_stages": 1},
     ),
     "split": ("group_norm", {"variant": "split", "BLOCK": 16, "SPLIT": 2, "num_warps": 1, "num_stages": 1}),
+    "gated_tma_persistent": (
+        "gated_mlp",
+        {
+            "variant": "tma_persistent",
+            "BLOCK_M": 64,
+            "BLOCK_N": 64,
+            "BLOCK_K": 32,
+            "GROUP_M": 4,
+            "num_warps": 4,
+            "num_stages": 2,
+        },
+    ),
 }
 """Variants other than a kernel's default that its default config does not compile, by name: (kernel, config)."""
 NOT_LOADED = "not loaded"  # stands for the CUmodule and CUfunction a real driver would hand back

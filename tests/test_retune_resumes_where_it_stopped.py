@@ -93,6 +93,17 @@ def test_the_command_prints_one_summary_and_continues_a_finished_run(user_db):
     assert "0 stored, 2 kept" in second.output and second.stdout.count("already stored") == 2
 
 
+def test_studies_take_turns_across_kernels_most_used_dtypes_first():
+    """A budget too small for everything still leaves rows for every kernel: the plan goes kernel by kernel in
+    turns, fp16 before fp32 within each."""
+    studies = retuning.plan(KERNELS)
+    assert [(s.spec.name, s.dtype) for s in studies] == [
+        ("axpy", torch.float16),  # axpy runs in fp16 and fp32, scale_rows in fp32 only
+        ("scale_rows", torch.float32),
+        ("axpy", torch.float32),
+    ]
+
+
 @pytest.mark.parametrize("text, seconds", [("2h", 7200), ("20m", 1200), ("90s", 90), ("1h30m", 5400), ("45", 45)])
 def test_budgets_read_as_durations(text, seconds):
     assert retuning.parse_budget(text) == seconds

@@ -36,7 +36,9 @@ def gpu_info() -> None:
     default="torch,compile,default",
     show_default=True,
     help="Comma-separated: default (config), torch (eager), compile (torch.compile of it), vendor (library "
-    "call), liger (Liger-Kernel's op, where installed), copy (a device copy of the bytes it must move).",
+    "call), liger (Liger-Kernel's op, where installed), copy (a device copy of the bytes it must move); for "
+    "flash_attn, sdpa-flash, sdpa-cudnn, sdpa-efficient, sdpa-math (torch's sdpa with that backend forced) and "
+    "sdpa-default (none forced).",
 )
 @click.option(
     "--backward",
@@ -87,7 +89,7 @@ def bench(kernels, all_kernels, against, backward, gpu_name, dtypes, shapes, plo
         kernel_spec(name)  # an unknown name is one clear line
     names = registry.shipped() if all_kernels else list(dict.fromkeys(kernels))
     try:
-        impls = ["tuned", *report.parse_against(against)]
+        impls = ["tuned", *report.parse_against(against, names)]
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--against") from None
     try:

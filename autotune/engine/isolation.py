@@ -34,7 +34,7 @@ import torch
 from autotune import gpu
 from autotune.engine.evaluate import Evaluator
 from autotune.engine.outcome import TrialOutcome
-from autotune.engine.precompile import START_TIMEOUT_S, importable_name
+from autotune.engine.precompile import START_TIMEOUT_S, ignore_interrupts, importable_name
 from autotune.gate.verify import Failure, KnownFailure, VerifyResult
 from autotune.identity import Outcome, config_key
 from autotune.runtime import registry
@@ -340,12 +340,14 @@ def _build(
 def _serve(conn, *args) -> None:
     """Worker: build the Evaluator (inputs, references) of args, then answer requests until the pipe
     closes; "bind" builds another problem's Evaluator in its place (the next study's)."""
+    ignore_interrupts()
     try:
         evaluator = _build(*args)
     except Exception as exc:
-        conn.send(("failed", _describe(exc)))
+        _reply(conn, ("failed", _describe(exc)))
         return
-    conn.send(("ready", None))
+    if not _reply(conn, ("ready", None)):
+        return
     while True:
         try:
             op, args = conn.recv()
@@ -362,9 +364,19 @@ def _serve(conn, *args) -> None:
             reply = ("failed", _describe(exc))
         fault = _gpu_fault()
         if fault is not None:
-            conn.send(("lost", fault))
+            _reply(conn, ("lost", fault))
             os._exit(1)  # tearing a broken context down can hang or crash: leave at once
-        conn.send(reply)
+        if not _reply(conn, reply):
+            return
+
+
+def _reply(conn, message: tuple) -> bool:
+    """Send message to the parent; False if it has closed the pipe (stopped this worker mid-request: Ctrl-C)."""
+    try:
+        conn.send(message)
+    except (BrokenPipeError, ConnectionResetError):
+        return False
+    return True
 
 
 def _evaluate(evaluator: Evaluator, config: Config, number: int, timing: dict) -> tuple:

@@ -13,6 +13,7 @@ import concurrent.futures
 import json
 import multiprocessing
 import os
+import signal
 import sys
 import threading
 from collections.abc import Iterable, Sequence
@@ -136,15 +137,20 @@ class CompilePool:
         return self.compile(spec, [spec.problem_for(p, dtype) for p in extra_problems] + drawn, dtype, [config]) == 1
 
     def _restart(self) -> None:
-        # ProcessPoolExecutor cannot stop a busy worker (shutdown would wait on it forever): kill them all.
+        self._stop()
+        self._pool = self._start()
+
+    def _stop(self) -> None:
+        # ProcessPoolExecutor cannot stop a busy worker (shutdown, or the interpreter's exit, would wait on it):
+        # kill them all.
         processes = list((getattr(self._pool, "_processes", None) or {}).values())
         self._pool.shutdown(wait=False, cancel_futures=True)
         for process in processes:
             process.kill()
-        self._pool = self._start()
 
     def close(self) -> None:
-        self._pool.shutdown(wait=False, cancel_futures=True)
+        """Stop the workers now, compiles in flight included (a search interrupted mid-batch ends at once)."""
+        self._stop()
 
     def __enter__(self) -> CompilePool:
         return self
@@ -159,8 +165,19 @@ and verifying process: workers held about 3 GiB each when one `db verify` ran ou
 _inputs = cachetools.LRUCache(MAX_CACHED_INPUT_BYTES, getsizeof=tensor_bytes)
 
 
+def ignore_interrupts() -> None:
+    """In a worker process: Ctrl-C is the parent's to handle (it stops its workers). A terminal sends SIGINT to
+    its whole foreground process group, so the worker leaves that group (its compiler subprocesses with it:
+    an interrupted ptxas makes Triton print the whole PTX) and ignores SIGINT sent to it anyway."""
+    if hasattr(os, "setpgrp"):
+        os.setpgrp()
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
 def _start_worker(started: threading.Barrier) -> None:
     from autotune import gpu  # importing autotune picks the interpreter before Triton, as the parent did
+
+    ignore_interrupts()
 
     if not gpu.interpreter_active():
         from triton.runtime.jit import KernelInterface

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import itertools
 import re
 import time
 from collections.abc import Callable, Sequence
@@ -99,16 +100,24 @@ def parse_budget(text: str) -> float:
 
 def plan(specs: Sequence[KernelSpec], dtypes: Sequence[torch.dtype] = ()) -> list[Study]:
     """Each kernel's preset problems for this machine in each dtype it supports (of `dtypes`, if given), one
-    study per bucket."""
-    studies, seen = [], set()
+    study per bucket, taken in turns across the kernels (bf16, then fp16, then fp32 within each), so that a
+    budget too small for everything still leaves rows for every kernel, in the dtypes most used first."""
+    per_kernel, seen = [], set()
     for spec in specs:
-        for dtype in (d for d in spec.dtypes if not dtypes or d in dtypes):
+        studies = []
+        for dtype in sorted((d for d in spec.dtypes if not dtypes or d in dtypes), key=_dtype_rank):
             for problem in spec.presets_here():
                 study = Study(spec, dtype, problem)
                 if (spec.name, dtype, study.bucket) not in seen:
                     seen.add((spec.name, dtype, study.bucket))
                     studies.append(study)
-    return studies
+        per_kernel.append(studies)
+    return [s for turn in itertools.zip_longest(*per_kernel) for s in turn if s is not None]
+
+
+def _dtype_rank(dtype: torch.dtype) -> int:
+    order = (torch.bfloat16, torch.float16, torch.float32)
+    return order.index(dtype) if dtype in order else len(order)
 
 
 def stored(store: ConfigStore, study: Study, gpu_name: str) -> bool:

@@ -6,6 +6,7 @@ specs in `SPECS`; the registry is built from `FAMILIES`."""
 from autotune.kernels import attention, fused_softmax, gemm, norm, vector_add
 from autotune.kernels.attention.flash_attn import flash_attn
 from autotune.kernels.fused_softmax.softmax import softmax
+from autotune.kernels.gemm.gated_mlp import gated_mlp
 from autotune.kernels.gemm.matmul import linear, matmul
 from autotune.kernels.gemm.mlp import mlp
 from autotune.kernels.norm.group_norm import group_norm
@@ -15,4 +16,4 @@ from autotune.kernels.vector_add.add import add
 FAMILIES = (vector_add, fused_softmax, norm, gemm, attention)
 """The kernel families, each listing its specs in `SPECS`."""
 
-__all__ = ["add", "flash_attn", "group_norm", "layer_norm", "linear", "matmul", "mlp", "rms_norm", "softmax"]
+__all__ = ["add", "flash_attn", "gated_mlp", "group_norm", "layer_norm", "linear", "matmul", "mlp", "rms_norm", "softmax"]

@@ -24,6 +24,7 @@ def environment() -> dict:
         "peak_tflops": info.peak_tflops,
         "torch": torch.__version__,
         "triton": triton.__version__,
+        "cudnn": torch.backends.cudnn.version(),  # sdpa's cuDNN backend (None where torch has no cuDNN)
         "autotune": autotune.__version__,
         "python": platform.python_version(),
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),

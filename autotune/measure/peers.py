@@ -16,6 +16,8 @@ from autotune.spec import Inputs, KernelSpec
 
 Outputs = torch.Tensor | tuple[torch.Tensor, ...]
 LIGER_MISSING = "liger-kernel is not installed (pip install 'autotune[liger]')"
+LIGER_KERNELS = ("softmax", "layer_norm", "rms_norm", "gated_mlp")
+"""The kernels Liger-Kernel has an op for (`liger_function`)."""
 
 
 class PeerUnavailable(LookupError):
@@ -37,8 +39,9 @@ def torch_function(spec: KernelSpec) -> Callable[[Inputs], Outputs]:
 
 def liger_function(name: str, inputs: Inputs) -> Callable[[Inputs], Outputs]:
     """Liger-Kernel's op for kernel `name` on these inputs (softmax: LigerSoftmaxFunction; layer_norm:
-    LigerLayerNormFunction; rms_norm: LigerRMSNormFunction; a residual added first, as a model adds it);
-    PeerUnavailable where Liger-Kernel is not installed, runs only on CUDA, or has no such op."""
+    LigerLayerNormFunction; rms_norm: LigerRMSNormFunction; a residual added first, as a model adds it; gated_mlp:
+    its SwiGLU or GeGLU MLP); PeerUnavailable where Liger-Kernel is not installed, runs only on CUDA, or has no
+    such op."""
     if importlib.util.find_spec("liger_kernel") is None:
         raise PeerUnavailable(LIGER_MISSING)
     if not _liger_runs_here():
@@ -72,7 +75,23 @@ def liger_function(name: str, inputs: Inputs) -> Callable[[Inputs], Outputs]:
             return norm(i, h), h
 
         return with_residual
+    if name == "gated_mlp":
+        return _liger_gated_mlp(inputs["activation"])
     raise PeerUnavailable(f"no Liger-Kernel op is compared for {name}")
+
+
+def _liger_gated_mlp(activation: str) -> Callable[[Inputs], Outputs]:
+    """LigerSwiGLUMLP's (LigerGEGLUMLP's) forward: torch's three F.linear calls around Liger's fused act(g) * u."""
+    if activation not in ("silu", "gelu_tanh"):
+        raise PeerUnavailable("Liger-Kernel's gated MLPs gate with silu (SwiGLU) or gelu_tanh (GeGLU)")
+    module, attr = ("swiglu", "LigerSiLUMulFunction") if activation == "silu" else ("geglu", "LigerGELUMulFunction")
+    apply = _liger(module, attr).apply
+
+    def gated_mlp(i: Inputs) -> torch.Tensor:
+        gate, up = F.linear(i["x"], i["w_gate"], i["b_gate"]), F.linear(i["x"], i["w_up"], i["b_up"])
+        return F.linear(apply(gate, up), i["w_down"], i["b_down"])
+
+    return gated_mlp
 
 
 def _liger_runs_here() -> bool:

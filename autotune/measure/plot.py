@@ -8,9 +8,10 @@ import importlib
 import math
 import pathlib
 
+from autotune.measure import against
 from autotune.measure import report as report_
 
-DRAWN = ("tuned", "default", "torch", "compile", "vendor", "liger", "copy")
+DRAWN = ("tuned", *against.AGAINST)
 """Implementations drawn, in this order, where the report has them."""
 
 

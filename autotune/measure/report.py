@@ -1,7 +1,8 @@
 """Same-run comparison: a kernel's tuned config (what the runtime launches) against its default config,
-PyTorch eager, torch.compile, a vendor library call, Liger-Kernel and a device copy of the same bytes, in one
-process, on the same random inputs, forward alone or forward + backward through autograd; medians, rates and the
-share of the GPU's roofline peak; one record per measurement, a table, and files."""
+PyTorch eager, torch.compile, a vendor library call, Liger-Kernel, torch's sdpa backends (attention) and a device
+copy of the same bytes, in one process, on the same random inputs, forward alone or forward + backward through
+autograd; medians, rates and the share of the GPU's roofline peak; one record per measurement, a table, and
+files."""
 
 from __future__ import annotations
 
@@ -15,21 +16,21 @@ from tabulate import tabulate
 
 from autotune import gpu, runtime
 from autotune.gate.compare import outputs_like
-from autotune.measure import bench, peers
+from autotune.measure import attention_peers, bench, peers
+from autotune.measure.against import AGAINST, parse_against  # noqa: F401  (the report's names for them)
 from autotune.measure.bench import require_nonzero, time_balanced
 from autotune.measure.environment import environment
 from autotune.runtime import registry
 from autotune.space import Problem
 from autotune.spec import DTYPE_NAMES, Cost, KernelSpec, shape_label
 
-IMPLEMENTATIONS = ("tuned", "tuned-launch", "default", "torch", "compile", "vendor", "liger", "copy")
+IMPLEMENTATIONS = ("tuned", "tuned-launch", *AGAINST)
 """What can be timed: the public function as users call it (it launches the runtime's config: exact bucket,
 nearest, else default; the tuned config launched directly where a kernel has none), the tuned config launched
 directly, the default config, the baseline in PyTorch eager, the baseline under torch.compile, the
-vendor library call (kernels that have one), Liger-Kernel's op (softmax, layer_norm, rms_norm; where installed)
-and a device copy of the bytes the kernel must move (its cost's)."""
-AGAINST = ("default", "torch", "compile", "vendor", "liger", "copy")
-"""What the tuned kernel can be compared against."""
+vendor library call (kernels that have one), Liger-Kernel's op (softmax, layer_norm, rms_norm, gated_mlp; where
+installed), a device copy of the bytes the kernel must move (its cost's) and torch's sdpa with each backend
+(flash_attn)."""
 FORWARD_ONLY = ("tuned-launch", "default", "vendor")
 """Implementations that launch one kernel's config directly: not timed with `backward` (forward + backward)."""
 FORWARD_AND_BACKWARD = "forward+backward"
@@ -51,14 +52,6 @@ class Plan:
 
     cases: list[Case]
     skipped: list[str] = field(default_factory=list)
-
-
-def parse_against(text: str) -> list[str]:
-    """'torch,compile,default' -> ['default', 'torch', 'compile'] (in AGAINST's order); ValueError if any is unknown."""
-    names = [n.strip() for n in text.split(",") if n.strip()]
-    if not names or any(n not in AGAINST for n in names):
-        raise ValueError(f"--against {text!r}: expected a comma-separated list of {', '.join(AGAINST)}")
-    return [n for n in AGAINST if n in names]
 
 
 def shapes_by_kernel(items: Sequence[str], kernels: Sequence[str]) -> dict[str, list[str]]:
@@ -154,8 +147,9 @@ def measure(
     backward kernel at the runtime's configs; FORWARD_ONLY implementations are left out). The report:
     `environment()`, what was skipped and why (a peer with nothing to run for a case, e.g. Liger-Kernel not
     installed), and one record per case and implementation (an implementation that raises is recorded with its
-    error, not timed). `on_measured` gets the report so far after each case but the last, marked "partial" (to
-    save what a cut-short run measured)."""
+    error, not timed; an sdpa backend that refuses the case, as unsupported with torch's reason). `on_measured`
+    gets the report so far after each case but the last, marked "partial" (to save what a cut-short run
+    measured)."""
     unknown = [i for i in impls if i not in IMPLEMENTATIONS]
     if unknown:
         raise ValueError(f"implementations {unknown}: expected some of {IMPLEMENTATIONS}")
@@ -204,9 +198,11 @@ def _calls(
     backward: bool,
     cost: Cost,
     skipped: list[str],
+    unsupported: dict[str, str],
 ) -> dict[str, Callable[[], object]]:
     """What each implementation runs on the case's inputs: one call, or with `backward` one training step; a
-    peer with nothing to run here is left out, and why goes into `skipped`."""
+    peer with nothing to run here is left out, and why goes into `skipped` (or, for an sdpa backend that refuses
+    the case, into `unsupported`)."""
     spec = case.spec
     if backward:
         fns = {
@@ -229,6 +225,13 @@ def _calls(
     for impl in impls:
         if impl == "copy":
             calls[impl] = peers.copy_call(cost.bytes, gpu.device())
+            continue
+        if impl in attention_peers.PEERS:
+            try:
+                if spec.name in attention_peers.KERNELS:  # other kernels: no column, as without a vendor call
+                    calls[impl] = attention_peers.sdpa_call(impl, inputs, backward)
+            except peers.PeerUnavailable as exc:
+                unsupported[impl] = str(exc)
             continue
         fn = fns.get(impl)
         if impl == "liger":
@@ -262,10 +265,14 @@ def _measure_case(
     choice = runtime.tuned(spec).resolve(dtype, bucket, problem)
     default = dict(spec.space.default)
     cost = case_cost(case, backward)
-    calls = _calls(case, inputs, impls, choice, compiled, backward, cost, [] if skipped is None else skipped)
+    unsupported: dict[str, str] = {}
+    calls = _calls(
+        case, inputs, impls, choice, compiled, backward, cost, [] if skipped is None else skipped, unsupported
+    )
+    bound = attention_peers.rate_bound(spec.name, problem, spec.bound)
     records = []
     for impl in impls:
-        if impl not in calls:
+        if impl not in calls and impl not in unsupported:
             continue
         records.append(
             {
@@ -273,7 +280,7 @@ def _measure_case(
                 "problem": problem,
                 "shape": shape_label(problem),
                 "bucket": bucket,
-                "bound": spec.bound,
+                "bound": bound,
                 "dtype": DTYPE_NAMES[dtype],
                 "impl": impl,
                 "flops": cost.flops,
@@ -284,14 +291,17 @@ def _measure_case(
                 **({"pass": FORWARD_AND_BACKWARD} if backward else {}),
             }
         )
-    timings = time_balanced({r["impl"]: calls[r["impl"]] for r in records}, graphs)
+    timings = time_balanced({r["impl"]: calls[r["impl"]] for r in records if r["impl"] in calls}, graphs)
     for record in records:
+        if record["impl"] in unsupported:
+            record.update(median_ms=None, graph_ms=None, unsupported=unsupported[record["impl"]])
+            continue
         timing = timings[record["impl"]]
         if isinstance(timing, Exception):  # one implementation that cannot run this case does not end the report
             record.update(median_ms=None, graph_ms=None, error=f"{type(timing).__name__}: {str(timing).strip()[:300]}")
             continue
         ms, graphed = timing
-        rate = bench.rate(cost, ms, bound=spec.bound, dtype_name=DTYPE_NAMES[dtype])
+        rate = bench.rate(cost, ms, bound=bound, dtype_name=DTYPE_NAMES[dtype])
         record.update(median_ms=ms, graph_ms=graphed, gbs=rate.gbs, tflops=rate.tflops, pct_peak=rate.pct_peak)
     return records
 
@@ -321,7 +331,7 @@ def rows(report: dict) -> list[dict]:
                 f" ({r['tuned_for']})" if r["config_source"] == "nearest" else ""
             )
         ms = r["median_ms"]
-        row[f"{r['impl']} ms"] = ms
+        row[f"{r['impl']} ms"] = "unsupported" if r.get("unsupported") else ms
         if r.get("graph_ms") is not None:
             row[f"{r['impl']} graph ms"] = r["graph_ms"]
         rate = None if ms is None else r["gbs"] if r["bound"] == "memory" else r["tflops"]
@@ -334,7 +344,7 @@ def rows(report: dict) -> list[dict]:
                 if f"{impl} {timing}" in row:
                     theirs = row[f"{impl} {timing}"]
                     row[f"vs {impl}" + (" (graph)" if timing == "graph ms" else "")] = (
-                        theirs / tuned if theirs and tuned else None
+                        theirs / tuned if isinstance(theirs, float) and theirs and tuned else None
                     )
     return list(table.values())
 
@@ -369,6 +379,8 @@ def header(report: dict) -> str:
             "copy: a device copy of the bytes the kernel must move (half read, half written); vs copy: the "
             "tuned kernel's share of the rate the memory allows"
         )
+    if any(r["impl"] in attention_peers.PEERS for r in report["records"]):
+        lines.append(f"{attention_peers.NOTE}; cuDNN {report.get('cudnn') or 'none'}")
     if any(r.get("graph_ms") is not None for r in report["records"]):
         lines.append(
             "graph ms, vs X (graph): each call replayed from a CUDA graph, the L2 still cleared before each: "
@@ -387,18 +399,29 @@ def tabulated(table: list[dict]) -> str:
     """Rows as a GitHub table, without the columns empty in every row (% peak under the interpreter)."""
     keys = dict.fromkeys(k for row in table for k in row)
     empty = [k for k in keys if all(row.get(k) is None for row in table)]
-    table = [{k: v for k, v in row.items() if k not in empty} for row in table]
+    # tabulate prints a column holding text ("unsupported") as text: its numbers get the format here.
+    texts = {k for k in keys if any(isinstance(row.get(k), str) for row in table)}
+    table = [
+        {k: f"{v:.4g}" if k in texts and isinstance(v, float) else v for k, v in row.items() if k not in empty}
+        for row in table
+    ]
     return tabulate(table, headers="keys", floatfmt=".4g", tablefmt="github", missingval="") + "\n"
 
 
 def notes(report: dict) -> str:
-    """What the report left out: cases not measured (yet), kernels skipped in a dtype, implementations that raised."""
+    """What the report left out: cases not measured (yet), kernels skipped in a dtype, sdpa backends that refused a
+    case, implementations that raised."""
     lines = (
         [f"- partial: {report['partial']} (the rest not measured: the run was cut short, or is still going)"]
         if report.get("partial")
         else []
     )
     lines += [f"- skipped {s}" for s in report.get("skipped", [])]
+    lines += [
+        f"- {r['kernel']} {r['dtype']} {r['shape']} {r['impl']} unsupported: {r['unsupported']}"
+        for r in report["records"]
+        if r.get("unsupported")
+    ]
     lines += [f"- {r['kernel']} {r['dtype']} {r['shape']} {r['impl']}: {r['error']}" for r in errors(report)]
     return "\nNotes:\n" + "\n".join(lines) + "\n" if lines else ""
 

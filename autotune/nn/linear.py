@@ -1,5 +1,5 @@
 """Linear (optionally with its activation fused), MLP (Linear -> activation -> Linear) and GatedMLP (Llama's
-SwiGLU/GeGLU block): torch-compatible modules whose forward runs the tuned GEMM kernels.
+SwiGLU/GeGLU block, through gated_mlp): torch-compatible modules whose forward runs the tuned GEMM kernels.
 
 Each falls back to torch where the kernel does not take the call, and says why in `autotune.nn.fallbacks()`: an
 input that is not a float32 or float16 tensor (bfloat16 too on a GPU: the Triton interpreter computes bfloat16
@@ -177,9 +177,11 @@ class GatedMLP(torch.nn.Module):
     """down(activation(gate(x)) * up(x)): the gated MLP of Llama, Mistral and Qwen (SwiGLU with "silu", GeGLU with
     "gelu" or "gelu_tanh"), with transformers' LlamaMLP state_dict keys (gate_proj, up_proj, down_proj).
 
-    It runs three routed `linear` calls, the gate's with its activation fused in the epilogue, and the product
-    act(g) * u in torch: one GEMM for the gate and up projections with act(g) * u in its epilogue is not a
-    kernel of this package yet."""
+    It runs the tuned `gated_mlp`: the gate and up projections as one GEMM with act(g) * u in its epilogue, then the
+    down projection. Under the "measured" policy a call autograd records runs as three routed `linear` calls (the
+    gate's with its activation fused) and the product in torch: gated_mlp's backward has no stored rows of its own
+    to show it as fast as torch's; a call without autograd runs `gated_mlp` where its row shows it at least as fast.
+    """
 
     policy: str = "always"
 
@@ -204,6 +206,30 @@ class GatedMLP(torch.nn.Module):
         self.policy = check_policy(policy)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        gate = linear(x, self.gate_proj.weight, self.gate_proj.bias, self.activation, self.policy)
-        up = linear(x, self.up_proj.weight, self.up_proj.bias, None, self.policy)
-        return linear(gate * up, self.down_proj.weight, self.down_proj.bias, None, self.policy)
+        parameters = [support.parameter(m, name) for m in self._projections() for name in ("weight", "bias")]
+        w_gate, b_gate, w_up, b_up, w_down, b_down = parameters
+        if route(("gated_mlp", self.policy), self._decide, x, *parameters) is True:
+            return kernels.gated_mlp(x, w_gate, w_up, w_down, self.activation, b_gate=b_gate, b_up=b_up, b_down=b_down)
+        hidden = linear(x, w_gate, b_gate, self.activation, self.policy)
+        hidden = hidden * linear(x, w_up, b_up, None, self.policy)
+        return linear(hidden, w_down, b_down, None, self.policy)
+
+    def _projections(self) -> tuple[torch.nn.Module, torch.nn.Module, torch.nn.Module]:
+        modules = self._modules
+        return modules["gate_proj"], modules["up_proj"], modules["down_proj"]
+
+    def _decide(self, settings: tuple, x: torch.Tensor, w_gate, b_gate, w_up, b_up, w_down, b_down) -> bool | str:
+        """True: the gated_mlp kernel; False or a string (why the kernel does not take it): three linear calls."""
+        why = _reason(x, w_gate, b_gate)
+        if why is None and (w_up.shape != w_gate.shape or w_down.shape[1] != w_gate.shape[0]):
+            why = "the projections' shapes do not chain"
+        for p in (w_up, b_up, w_down, b_down):
+            why = why or support.param(p, x, float32_ok=False)
+        if why is not None:
+            return why
+        if self.policy == "always":
+            return True
+        if support.grad_needed(x, w_gate, b_gate, w_up, b_up, w_down, b_down):
+            return False
+        k = x.shape[-1]
+        return routed(self.policy, "gated_mlp", x.dtype, x.numel() // k, k, w_gate.shape[0], w_down.shape[0])

@@ -60,6 +60,12 @@ def mlp(m: int, k: int, h: int, n: int) -> list[Use]:
     return [("mlp", {"m": m, "k": k, "h": h, "n": n})]
 
 
+def gated_mlp(m: int, k: int, h: int, n: int) -> list[Use]:
+    """gated_mlp without autograd (its backward's elementwise step has no stored rows: a recorded call runs routed
+    linear calls)."""
+    return [("gated_mlp", {"m": m, "k": k, "h": h, "n": n})]
+
+
 def flash_attn(
     batch: int, heads: int, kv_heads: int, nq: int, nk: int, head_dim: int, causal: bool, grad: bool
 ) -> list[Use]:
@@ -85,6 +91,7 @@ KINDS: dict[str, Callable[..., list[Use]]] = {
     "group_norm": group_norm,
     "linear": linear,
     "mlp": mlp,
+    "gated_mlp": gated_mlp,
     "flash_attn": flash_attn,
 }
 """Each kind of routed call by name: its arguments (sizes and flags) give its launches."""
