@@ -68,16 +68,7 @@ def scaled_dot_product_attention(
         return kernels.flash_attn(
             query, key, value, is_causal=bool(is_causal), scale=scale, enable_gqa=bool(enable_gqa)
         )
-    return TORCH_SDPA(
-        query,
-        key,
-        value,
-        attn_mask=attn_mask,
-        dropout_p=dropout_p,
-        is_causal=is_causal,
-        scale=scale,
-        enable_gqa=enable_gqa,
-    )
+    return TORCH_SDPA(query, key, value, attn_mask, dropout_p, is_causal, scale=scale, enable_gqa=enable_gqa)
 
 
 def _decide(settings: tuple, query, key, value) -> bool | str:

@@ -33,13 +33,15 @@ _SCOPE = threading.local()
 """`policy`: the routing policy of the routing forward this thread is in, None (or unset) outside one."""
 
 
-def routing_sdpa(*args, **kwargs):
-    """torch.nn.functional.scaled_dot_product_attention during a routing forward: the calls of that forward's thread
-    go to `autotune.nn.scaled_dot_product_attention`, any other to torch's function."""
+def routing_sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, *, scale=None, enable_gqa=False):
+    """torch.nn.functional.scaled_dot_product_attention during a routing forward (torch's signature): the calls of
+    that forward's thread go to `autotune.nn.scaled_dot_product_attention`, any other to torch's function."""
     policy = None if torch.compiler.is_compiling() else getattr(_SCOPE, "policy", None)
     if policy is None:
-        return TORCH_SDPA(*args, **kwargs)
-    return scaled_dot_product_attention(*args, **kwargs, policy=policy)
+        return TORCH_SDPA(query, key, value, attn_mask, dropout_p, is_causal, scale=scale, enable_gqa=enable_gqa)
+    return scaled_dot_product_attention(
+        query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa, policy=policy
+    )
 
 
 def call_routed(policy: str, fn: Callable, *args, **kwargs):
