@@ -1,7 +1,8 @@
 """A patched model whose calls all stay on torch (no stored row for this CPU: nothing is routed) costs the host
 little more per call than the unpatched model: the routing of a repeated call is one key and one dict lookup, and
-the sdpa scope intercepts nothing but sdpa. Host times are the least of several interleaved repeats, compared with
-a torch LayerNorm call on the same machine, so a loaded machine slows all of them alike."""
+the sdpa scope intercepts nothing but sdpa. Host times are this thread's CPU time (time spent waiting for a core on
+a loaded machine does not count), the least of several interleaved repeats, and are compared with a torch LayerNorm
+call's, so a slower machine moves all of them alike."""
 
 from __future__ import annotations
 
@@ -36,17 +37,17 @@ class SelfAttention(torch.nn.Module):
 
 
 def least_per_call_us(calls: dict, n: int = 300, repeats: int = 9) -> dict[str, float]:
-    """Each callable's least mean time per call over `repeats` runs of n calls, the callables taking turns."""
+    """Each callable's least mean CPU time per call over `repeats` runs of n calls, the callables taking turns."""
     for fn in calls.values():
         for _ in range(50):
             fn()
     least = dict.fromkeys(calls, float("inf"))
     for _ in range(repeats):
         for name, fn in calls.items():
-            start = time.perf_counter()
+            start = time.thread_time()
             for _ in range(n):
                 fn()
-            least[name] = min(least[name], (time.perf_counter() - start) / n * 1e6)
+            least[name] = min(least[name], (time.thread_time() - start) / n * 1e6)
     return least
 
 
