@@ -5,7 +5,8 @@ Each program loads a block of x once per step along K and multiplies it into two
 gate's and the up projection's, against the matching blocks of both weights (any strides: two tensors, or the two
 halves of one packed (2H, K) weight). The epilogue adds the biases, applies the activation to the gate's tile,
 multiplies, and rounds once on the store; with STORE_GU it also stores both pre-activation tiles, rounded, into one
-(M, 2H) tensor [g | u] that the backward reads. The tile order, the four variants (a program per tile or one per
+(M, 2H) tensor [g | u] that the backward reads (its elementwise step, a kernel here, is launched and tuned as
+gated_mlp_backward: gated_backward.py). The tile order, the four variants (a program per tile or one per
 SM; pointers or tensor-memory-accelerator descriptors) and the float32 product chunks are the GEMM kernels'
 (gemm.py), whose @triton.jit helpers these kernels call.
 """
@@ -21,12 +22,12 @@ import triton.language as tl
 from autotune.kernels.common.grid import cdiv
 from autotune.kernels.gemm import gemm as _gemm
 from autotune.kernels.gemm.gemm import accumulate, activate, descriptor_block, partial_sums, tile_position
-from autotune.space import next_pow2
 
 _DESCRIPTOR_ALIGNMENT = 16
 """Bytes the TMA unit needs an operand's address aligned to (gemm.py's rule)."""
 BACKWARD_BLOCK = 1024
-"""Columns of one row each program of the elementwise backward takes: it only streams memory."""
+"""The columns per program the elementwise backward took before gated_mlp_backward's search sized them (its default
+still does): in SOURCES, so gated_mlp's stored rows keep their source hash."""
 
 
 @triton.jit
@@ -252,15 +253,3 @@ def run(launch: Launch, x: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tenso
         operands, meta = tuple(r.at(t) for r, t in zip(launch.reads, operands)), launch.descriptor_meta
     _gated_kernel[launch.grid](*operands, h, h if gu is None else gu, h if b_gate is None else b_gate,
                                h if b_up is None else b_up, *launch.args, **meta)
-
-
-def backward(dh: torch.Tensor, gu: torch.Tensor, activation: str) -> torch.Tensor:
-    """[dg | du], a new contiguous (m, 2n), from dh (m, n) (any strides) and the forward's contiguous [g | u]."""
-    m, n = dh.shape
-    dgu = torch.empty((m, 2 * n), dtype=dh.dtype, device=dh.device)
-    if m * n == 0:
-        return dgu
-    block = min(BACKWARD_BLOCK, max(16, next_pow2(n)))
-    _gated_backward_kernel[(m, cdiv(n, block))](dh, gu, dgu, n, *dh.stride(), ACTIVATION=_gemm.ACTIVATIONS[activation],
-                                                BLOCK=block, num_warps=4 if block >= 512 else 1)
-    return dgu

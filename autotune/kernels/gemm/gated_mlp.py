@@ -20,6 +20,7 @@ from autotune import runtime
 from autotune.kernels.common import checks as _checks
 from autotune.kernels.common import second_order as _second_order
 from autotune.kernels.gemm import gated as _gated
+from autotune.kernels.gemm.gated_backward import gates_backward
 from autotune.kernels.gemm import gated_problems as problems_
 from autotune.kernels.gemm import gemm as _gemm
 from autotune.kernels.gemm.matmul import (
@@ -112,7 +113,7 @@ def _torch_forward(activation: str):
 
 @torch.library.custom_op("autotune::gated_mlp_gates_backward", mutates_args=())
 def _gates_backward_op(dh: torch.Tensor, gu: torch.Tensor, activation: str) -> torch.Tensor:
-    return _gated.backward(dh, gu, activation)
+    return gates_backward(dh, gu, activation)
 
 
 @_gates_backward_op.register_fake
@@ -124,7 +125,7 @@ def _gates_backward(dh: torch.Tensor, gu: torch.Tensor, activation: str) -> torc
     """[dg | du] from dh and [g | u]: launched directly, or through its op where torch.compile traces the backward
     or fake tensors come in."""
     if _checks.eager(dh, gu):
-        return _gated.backward(dh, gu, activation)
+        return gates_backward(dh, gu, activation)
     return _gates_backward_op(dh, gu, activation)
 
 
