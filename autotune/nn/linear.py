@@ -178,9 +178,10 @@ class GatedMLP(torch.nn.Module):
     "gelu" or "gelu_tanh"), with transformers' LlamaMLP state_dict keys (gate_proj, up_proj, down_proj).
 
     It runs the tuned `gated_mlp`: the gate and up projections as one GEMM with act(g) * u in its epilogue, then the
-    down projection. Under the "measured" policy a call autograd records runs as three routed `linear` calls (the
-    gate's with its activation fused) and the product in torch: gated_mlp's backward has no stored rows of its own
-    to show it as fast as torch's; a call without autograd runs `gated_mlp` where its row shows it at least as fast.
+    down projection. Under the "measured" policy a call runs it where the stored rows of what it launches show them,
+    summed, at least as fast as torch: the forward's row, and for a call autograd records the backward's too (its
+    elementwise step, `gated_mlp_backward`, and its `matmul` products); elsewhere it runs as three routed `linear`
+    calls (the gate's with its activation fused) and the product in torch.
     """
 
     policy: str = "always"
@@ -219,7 +220,8 @@ class GatedMLP(torch.nn.Module):
         return modules["gate_proj"], modules["up_proj"], modules["down_proj"]
 
     def _decide(self, settings: tuple, x: torch.Tensor, w_gate, b_gate, w_up, b_up, w_down, b_down) -> bool | str:
-        """True: the gated_mlp kernel; False or a string (why the kernel does not take it): three linear calls."""
+        """True: the gated_mlp kernel; False or a string (why the kernel does not take it): three linear calls. With
+        autograd recording, the evidence counts the backward's launches too (`uses.gated_mlp`)."""
         why = _reason(x, w_gate, b_gate)
         if why is None and (w_up.shape != w_gate.shape or w_down.shape[1] != w_gate.shape[0]):
             why = "the projections' shapes do not chain"
@@ -229,7 +231,10 @@ class GatedMLP(torch.nn.Module):
             return why
         if self.policy == "always":
             return True
-        if support.grad_needed(x, w_gate, b_gate, w_up, b_up, w_down, b_down):
-            return False
         k = x.shape[-1]
-        return routed(self.policy, "gated_mlp", x.dtype, x.numel() // k, k, w_gate.shape[0], w_down.shape[0])
+        sizes = (x.numel() // k, k, w_gate.shape[0], w_down.shape[0])
+        if not support.grad_needed(x, w_gate, b_gate, w_up, b_up, w_down, b_down):
+            return routed(self.policy, "gated_mlp", x.dtype, *sizes)
+        grads = (x.requires_grad, w_gate.requires_grad, w_up.requires_grad, w_down.requires_grad)
+        bias_grad = any(b is not None and b.requires_grad for b in (b_gate, b_up))
+        return routed(self.policy, "gated_mlp", x.dtype, *sizes, *grads, bias_grad)

@@ -60,10 +60,36 @@ def mlp(m: int, k: int, h: int, n: int) -> list[Use]:
     return [("mlp", {"m": m, "k": k, "h": h, "n": n})]
 
 
-def gated_mlp(m: int, k: int, h: int, n: int) -> list[Use]:
-    """gated_mlp without autograd (its backward's elementwise step has no stored rows: a recorded call runs routed
-    linear calls)."""
-    return [("gated_mlp", {"m": m, "k": k, "h": h, "n": n})]
+def gated_mlp(
+    m: int,
+    k: int,
+    h: int,
+    n: int,
+    grad_x: bool = False,
+    grad_gate: bool = False,
+    grad_up: bool = False,
+    grad_down: bool = False,
+    grad_gate_up_bias: bool = False,
+) -> list[Use]:
+    """gated_mlp of x (m, k) through gate and up projections of h features and a down projection to n; the forward
+    row times the whole forward, the down projection included. With autograd (grad_*: which of x, w_gate, w_up,
+    w_down and the gate's or up's bias need a gradient), the launches of gated_mlp's backward: dw_down = dy^T @ h,
+    then, where anything before the down projection needs one, dh = dy @ w_down, the elementwise step
+    (gated_mlp_backward), dx = dg @ w_gate + du @ w_up, and the weights' gradients ([dg | du]^T @ x as one product
+    where both are needed). torch's backward runs the same products (two for the weights) and the same step; the
+    biases' gradients are column sums in both."""
+    uses = [("gated_mlp", {"m": m, "k": k, "h": h, "n": n})]
+    if grad_down:
+        uses.append(_mm(n, m, h))
+    if grad_x or grad_gate or grad_up or grad_gate_up_bias:
+        uses += [_mm(m, n, h), ("gated_mlp_backward", {"m": m, "h": h})]
+        if grad_x:
+            uses += [_mm(m, h, k), _mm(m, h, k)]
+        if grad_gate and grad_up:
+            uses.append(_mm(2 * h, m, k))
+        else:
+            uses += [_mm(h, m, k)] * (int(grad_gate) + int(grad_up))
+    return uses
 
 
 def flash_attn(
