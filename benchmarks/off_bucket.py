@@ -42,6 +42,7 @@ DEFAULT_SHAPES = {
     "linear": ["6144x4096x11008,bias,gelu_tanh", "4096x2048x8192,bias,gelu_tanh", "4096x8192x2048,bias"],
     "mlp": ["4096x2048x8192x2048,bias,gelu_tanh", "4096x1024x2048x512,bias,gelu_tanh"],
     "gated_mlp": ["4096x4096x11008x4096", "6144x4096x14336x4096"],
+    "gated_mlp_backward": ["4096x11008", "6144x14336"],
     "layer_norm_backward": ["4096x5120+res", "12288x2048+res"],
     "rms_norm_backward": ["4096x5120+res", "12288x2048+res"],
     "group_norm_backward": ["4x256x48x48,groups=32,activation=silu"],
@@ -52,8 +53,8 @@ DEFAULT_SHAPES = {
 3000x3000, matmul 3072^3, linear, attention), or in a bucket with no row, served by the nearest (the norms'
 backwards, mlp). mlp at n=2048 has one valid config, two_pass (fused would recompute its first product 16 times):
 there its two GEMMs are linear's, and linear's 4096x2048x8192 and 4096x8192x2048 are those two; at n=512 fused
-configs compete. gated_mlp: Llama 2 7B's MLP (intermediate 11008) in the bucket of Llama 3's at 4096 tokens, and
-Llama 3's at 6144 tokens in the bucket of its 8192."""
+configs compete. gated_mlp and gated_mlp_backward: Llama 2 7B's MLP (intermediate 11008) in the bucket of Llama 3's
+at 4096 tokens, and Llama 3's at 6144 tokens in the bucket of its 8192."""
 
 
 def table(result: dict) -> str:
