@@ -20,8 +20,16 @@ BENCHMARKS = pathlib.Path(__file__).resolve().parents[1] / "benchmarks"
             "e2e_decoder_layer",
             "eager,compile,autotune,autotune-forced,autotune-compile",
             # the MLP: gated_mlp, its down projection by linear, its backward's step and products
-            {"rms_norm", "rms_norm_backward", "flash_attn", "flash_attn_backward", "gated_mlp", "gated_mlp_backward",
-             "linear", "matmul"},
+            {
+                "rms_norm",
+                "rms_norm_backward",
+                "flash_attn",
+                "flash_attn_backward",
+                "gated_mlp",
+                "gated_mlp_backward",
+                "linear",
+                "matmul",
+            },
         ),
         (
             "e2e_unet_block",

@@ -40,8 +40,7 @@ def test_verify_fails_a_launch_that_leaves_the_activation_out():
 def test_search_stores_a_row_that_the_gated_backward_launches(user_db):
     cli = CliRunner()
     result = cli.invoke(
-        main, ["search", "gated_mlp_backward", "--dtype", "fp32", "--trials", "4", "--examples", "2",
-               "--final-examples", "2"]
+        main, "search gated_mlp_backward --dtype fp32 --trials 4 --examples 2 --final-examples 2".split()
     )
     assert result.exit_code == 0, result.output
     listing = cli.invoke(main, ["query", "gated_mlp_backward", "--format", "json", "--gpu", gpu.CPU_INTERPRETER])

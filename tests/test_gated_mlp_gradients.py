@@ -1,8 +1,9 @@
 """gated_mlp's backward: gradients of x and every parameter match float64 torch (about as closely as torch's
 own, in float32 and float16), from the pre-activations the forward's epilogue saved (the forward GEMM runs once),
-through the tuned elementwise kernel (gated_mlp_backward) for dg and du and the tuned matmul for the products, only those needed; the
-eager path skips the custom op's dispatch and gets its gradients; second order is torch's exact one (a gradient
-penalty matches float64, gradgradcheck passes); fake tensors and torch.compile(fullgraph=True) go through the ops."""
+through the tuned elementwise kernel (gated_mlp_backward) for dg and du and the tuned matmul for the products, only
+those needed; the eager path skips the custom op's dispatch and gets its gradients; second order is torch's exact
+one (a gradient penalty matches float64, gradgradcheck passes); fake tensors and torch.compile(fullgraph=True) go
+through the ops."""
 
 from __future__ import annotations
 

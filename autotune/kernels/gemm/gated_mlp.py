@@ -20,9 +20,9 @@ from autotune import runtime
 from autotune.kernels.common import checks as _checks
 from autotune.kernels.common import second_order as _second_order
 from autotune.kernels.gemm import gated as _gated
-from autotune.kernels.gemm.gated_backward import gates_backward
 from autotune.kernels.gemm import gated_problems as problems_
 from autotune.kernels.gemm import gemm as _gemm
+from autotune.kernels.gemm.gated_backward import gates_backward
 from autotune.kernels.gemm.matmul import (
     apply_activation,
     as_rows,
