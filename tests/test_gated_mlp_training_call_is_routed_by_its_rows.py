@@ -7,16 +7,14 @@ database."""
 
 from __future__ import annotations
 
-import json
-
+import planted_rows
 import pytest
 import torch
 from test_patch_transformers_and_diffusers_models import _require
 
 import autotune
-from autotune import gpu, runtime
 from autotune import nn as ann
-from autotune.db import BestRow, ConfigStore
+from autotune import runtime
 from autotune.nn import uses
 from autotune.runtime.lookup import TunedConfigs
 
@@ -81,26 +79,7 @@ def test_the_uses_of_a_training_call_list_the_backward_kernels():
 
 
 def store(db_path, kernel: str, bucket: str, time_ms: float, baseline_time_ms: float) -> None:
-    spec = autotune.get(kernel)
-    with ConfigStore(str(db_path)) as s:
-        s.record_best(
-            BestRow(
-                kernel=kernel,
-                source_hash=spec.source_hash,
-                gpu=gpu.current_gpu().name,
-                device_name="test",
-                dtype="fp32",
-                bucket=bucket,
-                config_json=json.dumps(spec.space.default),
-                problem_json="{}",
-                time_ms=time_ms,
-                baseline_time_ms=baseline_time_ms,
-                examples_verified=1,
-                triton_version="x",
-                torch_version="y",
-            )
-        )
-    runtime.clear_cache()
+    planted_rows.store(db_path, kernel, bucket, time_ms, baseline_time_ms)
     ann.clear()
 
 

@@ -5,39 +5,14 @@ the report lists each call shape once. Rows written with ConfigStore into a temp
 
 from __future__ import annotations
 
-import json
-
 import torch
+from planted_rows import store
 
 import autotune
-from autotune import gpu, runtime
-from autotune.db import BestRow, ConfigStore
+from autotune import runtime
 from autotune.nn import evidence, norms, routing
 
 BUCKET = "m=4,n=32,res=0"  # layer_norm of (4, 32)
-
-
-def store(db_path, kernel: str, bucket: str, time_ms: float, baseline_time_ms: float) -> None:
-    spec = autotune.get(kernel)
-    with ConfigStore(str(db_path)) as s:
-        s.record_best(
-            BestRow(
-                kernel=kernel,
-                source_hash=spec.source_hash,
-                gpu=gpu.current_gpu().name,
-                device_name="test",
-                dtype="fp32",
-                bucket=bucket,
-                config_json=json.dumps(spec.space.default),
-                problem_json=json.dumps({}),
-                time_ms=time_ms,
-                baseline_time_ms=baseline_time_ms,
-                examples_verified=1,
-                triton_version="x",
-                torch_version="y",
-            )
-        )
-    runtime.clear_cache()
 
 
 def counting(monkeypatch, module, name: str) -> list:

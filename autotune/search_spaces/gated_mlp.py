@@ -16,21 +16,21 @@ from autotune.search_spaces.matmul import (
     BLOCKS_K,
     BLOCKS_MN,
     GROUPS,
+    ITEMSIZE,
     MAX_ACC_REGISTERS,
     MAX_FMA_REGISTERS,
     MIN_BLOCK,
     MIN_REUSE,
-    MIN_TILE_PER_WARP,
     STAGES,
     VARIANTS,
     WARPS,
+    _no_idle_warps,
+    _variant_available,
     hardware,
     k_range,
     tma_available,
 )
 from autotune.space import Config, Param, Problem, SearchSpace, next_pow2
-
-ITEMSIZE = {"fp32": 4, "fp16": 2, "bf16": 2}
 
 DEFAULT: Config = {
     "variant": "tiled",
@@ -68,12 +68,6 @@ def _is_default(c: Config) -> bool:
     return c == DEFAULT
 
 
-def _variant_available(c: Config, p: Problem) -> str | None:
-    if c["variant"].startswith("tma") and not tma_available():
-        return "tensor descriptors need a GPU with a TMA unit (Hopper or later) and a Triton that has them"
-    return None
-
-
 def _block_k_fits_dtype(c: Config, p: Problem) -> str | None:
     lo, hi = k_range(p)
     if not lo <= c["BLOCK_K"] <= hi and not _is_default(c):
@@ -106,12 +100,6 @@ def _fits_registers(c: Config, p: Problem) -> str | None:
             return f"float32 accumulators and operand slices > {MAX_FMA_REGISTERS} registers per thread"
     elif acc / threads > MAX_ACC_REGISTERS:
         return f"2 * BLOCK_M * BLOCK_N / threads > {MAX_ACC_REGISTERS} accumulator registers per thread"
-    return None
-
-
-def _no_idle_warps(c: Config, p: Problem) -> str | None:
-    if c["BLOCK_M"] * c["BLOCK_N"] < MIN_TILE_PER_WARP * c["num_warps"]:
-        return f"BLOCK_M * BLOCK_N < {MIN_TILE_PER_WARP} * num_warps: idle warps"
     return None
 
 

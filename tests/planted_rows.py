@@ -1,0 +1,34 @@
+"""A best row planted in a test's database with ConfigStore, as a search on this machine would store it: the kernel's
+default config under its current source hash, for this GPU, in fp32, with the times given."""
+
+from __future__ import annotations
+
+import json
+
+import autotune
+from autotune import gpu, runtime
+from autotune.db import BestRow, ConfigStore
+
+
+def store(db_path, kernel: str, bucket: str, time_ms: float, baseline_time_ms: float | None) -> None:
+    """Record kernel's row for bucket in the SQLite file db_path; the runtime then reads the databases afresh."""
+    spec = autotune.get(kernel)
+    with ConfigStore(str(db_path)) as s:
+        s.record_best(
+            BestRow(
+                kernel=kernel,
+                source_hash=spec.source_hash,
+                gpu=gpu.current_gpu().name,
+                device_name="test",
+                dtype="fp32",
+                bucket=bucket,
+                config_json=json.dumps(spec.space.default),
+                problem_json=json.dumps({}),
+                time_ms=time_ms,
+                baseline_time_ms=baseline_time_ms,
+                examples_verified=1,
+                triton_version="x",
+                torch_version="y",
+            )
+        )
+    runtime.clear_cache()
