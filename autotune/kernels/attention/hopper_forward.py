@@ -39,7 +39,9 @@ try:
     _jit = gluon.jit
 except ImportError as error:  # an older Triton, or one built without Gluon
     GLUON_MISSING = f"Triton {triton.__version__} has no Gluon for Hopper ({error})"
-    _jit = lambda fn: fn  # noqa: E731  the kernels below are then never compiled
+
+    def _jit(fn=None, **options):  # the kernels below are then never compiled
+        return fn if fn is not None else (lambda f: f)
 
 GLUON_TRITON = "3.6."
 """The Triton release whose Gluon API these kernels are written against (warp_specialize's signature, the
@@ -228,7 +230,7 @@ def _loader(k_desc, v_desc, k_bufs, v_bufs, k_ready, k_empty, v_ready, v_empty, 
                                         v_bufs.index(stage))
 
 
-@_jit
+@_jit(do_not_specialize=["n_heads", "group", "nq", "nk"])  # one compile serves every length and head count
 def _attn_fwd_kernel(q_desc, k_desc, v_desc, o_desc, lse_ptr, n_heads, group, nq, nk, qk_scale,
                      HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
                      NUM_STAGES: gl.constexpr, NUM_CONSUMERS: gl.constexpr, CAUSAL: gl.constexpr,
