@@ -108,6 +108,16 @@ def _inputs(problem: dict, dtype: torch.dtype) -> dict:
     return autotune.get("flash_attn").make_inputs(problem, dtype, autotune.gpu.device(), 0)
 
 
+def describe(problem: dict) -> str:
+    """A check problem in one phrase: its shape, and its layout, magnitude and scale where not the defaults."""
+    extras = [
+        f"{key} {problem[key]}"
+        for key, plain in (("layout", "contiguous"), ("magnitude", 1.0), ("scale", None))
+        if problem.get(key, plain) != plain
+    ]
+    return " ".join([shape_label(problem), *extras])
+
+
 def _emit(**record) -> None:
     print(json.dumps(record, default=str), flush=True)
 
@@ -135,7 +145,7 @@ def child(config: dict, dtype: torch.dtype, presets: list[dict]) -> None:
             )
             _emit(
                 kind="check",
-                shape=shape_label(problem),
+                shape=describe(problem),
                 problem=problem,
                 ok=failure is None,
                 error=err,
