@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The GPU work of one device session, in stages: bash benchmarks/gpu_session.sh STAGE...
 # Stages: check | search-add | search-softmax | search-fix | search-norms | reverify | gpu-tests | compare | compare-norms
-#         | bench | bench-attention | hot-path | norm-host-path | quality | off-bucket | multi-gpu | faults
+#         | bench | bench-attention | hot-path | norm-host-path | patch-host-cost | quality | off-bucket | multi-gpu
+#         | faults
 # bench, bench-attention: `autotune bench` (tuned vs default vs eager vs torch.compile, table + PNG) of every
 # shipped kernel in BENCH_DTYPES (default bf16) on its presets, the attention pair apart (each under ~10 minutes);
 # BENCH_GRAPHS=1 adds CUDA-graph timings (the GPU's time without the host's).
@@ -64,6 +65,10 @@ for stage in "$@"; do
         --kernel group_norm_backward --shape 8x512x64x64 --kernel group_norm_backward --shape 16x320x64x64 \
         --kernel layer_norm_backward --shape 8192x4096+res --dtype bf16 2>&1 \
         | tee "$OUT/public-vs-launch-$GPU-$stamp.txt" ;;
+    patch-host-cost)  # BEFORE_TREE: an older tree (its autotune/ extracted) to compare the patched models' host cost with
+      trees="--tree after=."; [ -n "${BEFORE_TREE:-}" ] && trees="--tree before=$BEFORE_TREE $trees"
+      # shellcheck disable=SC2086
+      python3 benchmarks/patch_host_cost.py --compile $trees --rounds 3 --out "$OUT/patch-host-cost-$GPU-$stamp" ;;
     reverify)
       # Every row of this GPU on a fresh seed (printed on stderr; REVERIFY_SEED repeats one); each outcome is
       # recorded on its row, the table also goes to $OUT.

@@ -19,7 +19,8 @@ BENCHMARKS = pathlib.Path(__file__).resolve().parents[1] / "benchmarks"
         (
             "e2e_decoder_layer",
             "eager,compile,autotune,autotune-forced,autotune-compile",
-            {"rms_norm", "rms_norm_backward", "flash_attn", "flash_attn_backward"},
+            # the MLP: gated_mlp, its down projection by linear, its backward's products by matmul
+            {"rms_norm", "rms_norm_backward", "flash_attn", "flash_attn_backward", "gated_mlp", "linear", "matmul"},
         ),
         (
             "e2e_unet_block",

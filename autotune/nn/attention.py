@@ -10,7 +10,7 @@ from torch.overrides import TorchFunctionMode
 
 from autotune import kernels
 from autotune.nn import support
-from autotune.nn.routing import check_policy, fell_back, routed
+from autotune.nn.routing import check_policy, route, routed
 
 TORCH_SDPA = torch.nn.functional.scaled_dot_product_attention
 """torch's function, as imported before anything could replace it."""
@@ -63,36 +63,23 @@ def scaled_dot_product_attention(
     dims over 256 or differing, batch broadcasting, empty inputs. `policy` as for the modules: "measured" routes
     only where the stored rows of flash_attn (and its backward, when autograd records) show them at least as fast
     as torch."""
-    why = _reason(query, key, value, attn_mask, dropout_p, scale, enable_gqa)
-    if why is None:
-        batch, heads, nq, d = query.shape
-        if routed(
-            policy,
-            "flash_attn",
-            query.dtype,
-            batch,
-            heads,
-            key.shape[1],
-            nq,
-            key.shape[2],
-            d,
-            bool(is_causal),
-            support.grad_needed(query, key, value),
-        ):
-            return kernels.flash_attn(
-                query, key, value, is_causal=bool(is_causal), scale=scale, enable_gqa=bool(enable_gqa)
-            )
-    else:
-        fell_back("flash_attn", why)
-    return TORCH_SDPA(
-        query,
-        key,
-        value,
-        attn_mask=attn_mask,
-        dropout_p=dropout_p,
-        is_causal=is_causal,
-        scale=scale,
-        enable_gqa=enable_gqa,
+    settings = ("flash_attn", policy, attn_mask is None, dropout_p, is_causal, scale, enable_gqa)
+    if route(settings, _decide, query, key, value) is True:
+        return kernels.flash_attn(
+            query, key, value, is_causal=bool(is_causal), scale=scale, enable_gqa=bool(enable_gqa)
+        )
+    return TORCH_SDPA(query, key, value, attn_mask, dropout_p, is_causal, scale=scale, enable_gqa=enable_gqa)
+
+
+def _decide(settings: tuple, query, key, value) -> bool | str:
+    _, policy, no_mask, dropout_p, is_causal, scale, enable_gqa = settings
+    why = _reason(query, key, value, None if no_mask else "a mask", dropout_p, scale, enable_gqa)
+    if why is not None:
+        return why
+    batch, heads, nq, d = query.shape
+    grad = support.grad_needed(query, key, value)
+    return routed(
+        policy, "flash_attn", query.dtype, batch, heads, key.shape[1], nq, key.shape[2], d, bool(is_causal), grad
     )
 
 

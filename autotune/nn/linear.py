@@ -17,7 +17,7 @@ import torch.nn.functional as F
 
 from autotune import kernels
 from autotune.nn import support
-from autotune.nn.routing import check_policy, fell_back, routed
+from autotune.nn.routing import check_policy, route, routed
 
 ACTIVATIONS = {
     "relu": F.relu,
@@ -51,25 +51,28 @@ def linear(
     x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, activation: str | None, policy: str
 ) -> torch.Tensor:
     """activation(F.linear(x, weight, bias)) through the tuned `linear` where the policy routes it, else torch."""
-    why = _reason(x, weight, bias)
-    if why is None:
-        k = x.shape[-1]
-        grad = torch.is_grad_enabled()
-        if routed(
-            policy,
-            "linear",
-            x.dtype,
-            x.numel() // k,
-            k,
-            weight.shape[0],
-            grad and x.requires_grad,
-            grad and weight.requires_grad,
-        ):
-            return kernels.linear(x, weight, bias, activation)
-    else:
-        fell_back("linear", why)
+    if route(("linear", policy), _decide_linear, x, weight, bias) is True:
+        return kernels.linear(x, weight, bias, activation)
     y = F.linear(x, weight, bias)
     return y if activation is None else ACTIVATIONS[activation](y)
+
+
+def _decide_linear(settings: tuple, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> bool | str:
+    why = _reason(x, weight, bias)
+    if why is not None:
+        return why
+    k = x.shape[-1]
+    grad = torch.is_grad_enabled()
+    return routed(
+        settings[1],
+        "linear",
+        x.dtype,
+        x.numel() // k,
+        k,
+        weight.shape[0],
+        grad and x.requires_grad,
+        grad and weight.requires_grad,
+    )
 
 
 class Linear(torch.nn.Linear):
@@ -101,7 +104,8 @@ class Linear(torch.nn.Linear):
         self.policy = check_policy(policy)
 
     def forward(self, input: torch.Tensor) -> torch.Tensor:
-        return linear(input, self.weight, self.bias, self.activation, self.policy)
+        weight, bias = support.parameter(self, "weight"), support.parameter(self, "bias")
+        return linear(input, weight, bias, self.activation, self.policy)
 
     def extra_repr(self) -> str:
         return super().extra_repr() + ("" if self.activation is None else f", activation={self.activation!r}")
@@ -142,24 +146,31 @@ class MLP(torch.nn.Sequential):
 
     def forward(self, input: torch.Tensor) -> torch.Tensor:
         fc1, fc2 = self[0], self[2]
-        why = _reason(input, fc1.weight, fc1.bias)
-        if why is None and fc2.weight.shape[1] != fc1.weight.shape[0]:
-            why = "the second Linear's in_features are not the first's out_features"
-        for p in (fc2.weight, fc2.bias):
-            why = why or support.param(p, input, float32_ok=False)
-        if why is not None:
-            fell_back("mlp", why)
+        w1, b1 = support.parameter(fc1, "weight"), support.parameter(fc1, "bias")
+        w2, b2 = support.parameter(fc2, "weight"), support.parameter(fc2, "bias")
+        way = route(("mlp", self.policy), self._decide, input, w1, b1, w2, b2)
+        if way is True:
+            return kernels.mlp(input, w1, b1, w2, b2, self.activation)
+        if way is not False:
             return super().forward(input)
-        k = input.shape[-1]
-        grad = support.grad_needed(input, fc1.weight, fc1.bias, fc2.weight, fc2.bias)
-        if (
-            self.policy == "always"
-            or not grad
-            and routed(self.policy, "mlp", input.dtype, input.numel() // k, k, fc1.weight.shape[0], fc2.weight.shape[0])
-        ):
-            return kernels.mlp(input, fc1.weight, fc1.bias, fc2.weight, fc2.bias, self.activation)
-        hidden = linear(input, fc1.weight, fc1.bias, self.activation, self.policy)
-        return linear(hidden, fc2.weight, fc2.bias, None, self.policy)
+        hidden = linear(input, w1, b1, self.activation, self.policy)
+        return linear(hidden, w2, b2, None, self.policy)
+
+    def _decide(self, settings: tuple, x: torch.Tensor, w1, b1, w2, b2) -> bool | str:
+        """True: the mlp kernel; False: two routed linear calls; a string: torch's Sequential (why)."""
+        why = _reason(x, w1, b1)
+        if why is None and w2.shape[1] != w1.shape[0]:
+            why = "the second Linear's in_features are not the first's out_features"
+        for p in (w2, b2):
+            why = why or support.param(p, x, float32_ok=False)
+        if why is not None:
+            return why
+        if self.policy == "always":
+            return True
+        if support.grad_needed(x, w1, b1, w2, b2):
+            return False
+        k = x.shape[-1]
+        return routed(self.policy, "mlp", x.dtype, x.numel() // k, k, w1.shape[0], w2.shape[0])
 
 
 class GatedMLP(torch.nn.Module):
@@ -195,32 +206,30 @@ class GatedMLP(torch.nn.Module):
         self.policy = check_policy(policy)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        gate, up, down = self.gate_proj, self.up_proj, self.down_proj
-        why = _reason(x, gate.weight, gate.bias)
-        if why is None and (up.weight.shape != gate.weight.shape or down.weight.shape[1] != gate.weight.shape[0]):
+        parameters = [support.parameter(m, name) for m in self._projections() for name in ("weight", "bias")]
+        w_gate, b_gate, w_up, b_up, w_down, b_down = parameters
+        if route(("gated_mlp", self.policy), self._decide, x, *parameters) is True:
+            return kernels.gated_mlp(x, w_gate, w_up, w_down, self.activation, b_gate=b_gate, b_up=b_up, b_down=b_down)
+        hidden = linear(x, w_gate, b_gate, self.activation, self.policy)
+        hidden = hidden * linear(x, w_up, b_up, None, self.policy)
+        return linear(hidden, w_down, b_down, None, self.policy)
+
+    def _projections(self) -> tuple[torch.nn.Module, torch.nn.Module, torch.nn.Module]:
+        modules = self._modules
+        return modules["gate_proj"], modules["up_proj"], modules["down_proj"]
+
+    def _decide(self, settings: tuple, x: torch.Tensor, w_gate, b_gate, w_up, b_up, w_down, b_down) -> bool | str:
+        """True: the gated_mlp kernel; False or a string (why the kernel does not take it): three linear calls."""
+        why = _reason(x, w_gate, b_gate)
+        if why is None and (w_up.shape != w_gate.shape or w_down.shape[1] != w_gate.shape[0]):
             why = "the projections' shapes do not chain"
-        for p in (up.weight, up.bias, down.weight, down.bias):
+        for p in (w_up, b_up, w_down, b_down):
             why = why or support.param(p, x, float32_ok=False)
-        if why is None:
-            k, h = x.shape[-1], gate.weight.shape[0]
-            grad = support.grad_needed(x, gate.weight, gate.bias, up.weight, up.bias, down.weight, down.bias)
-            if (
-                self.policy == "always"
-                or not grad
-                and routed(self.policy, "gated_mlp", x.dtype, x.numel() // k, k, h, down.weight.shape[0])
-            ):
-                return kernels.gated_mlp(
-                    x,
-                    gate.weight,
-                    up.weight,
-                    down.weight,
-                    self.activation,
-                    b_gate=gate.bias,
-                    b_up=up.bias,
-                    b_down=down.bias,
-                )
-        else:
-            fell_back("gated_mlp", why)
-        hidden = linear(x, gate.weight, gate.bias, self.activation, self.policy)
-        hidden = hidden * linear(x, up.weight, up.bias, None, self.policy)
-        return linear(hidden, down.weight, down.bias, None, self.policy)
+        if why is not None:
+            return why
+        if self.policy == "always":
+            return True
+        if support.grad_needed(x, w_gate, b_gate, w_up, b_up, w_down, b_down):
+            return False
+        k = x.shape[-1]
+        return routed(self.policy, "gated_mlp", x.dtype, x.numel() // k, k, w_gate.shape[0], w_down.shape[0])

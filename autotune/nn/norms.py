@@ -17,7 +17,7 @@ import torch.nn.functional as F
 
 from autotune import kernels
 from autotune.nn import support
-from autotune.nn.routing import check_policy, fell_back, routed
+from autotune.nn.routing import check_policy, route, routed
 
 _MAX_SPAN = 1 << 31  # group_norm addresses a sample in 32-bit offsets
 _ACTIVATIONS = {"silu": F.silu, "mish": F.mish}
@@ -55,21 +55,17 @@ class LayerNorm(torch.nn.LayerNorm):
         self.policy = check_policy(policy)
 
     def forward(self, input: torch.Tensor) -> torch.Tensor:
-        why = _norm_reason(input, self.normalized_shape, self.weight, self.bias)
-        if why is None:
-            n = math.prod(self.normalized_shape)
-            if routed(
-                self.policy,
-                "layer_norm",
-                input.dtype,
-                input.numel() // n,
-                n,
-                support.grad_needed(input, self.weight, self.bias),
-            ):
-                return kernels.layer_norm(input, self.normalized_shape, self.weight, self.bias, self.eps)
-        else:
-            fell_back("layer_norm", why)
-        return super().forward(input)
+        weight, bias = support.parameter(self, "weight"), support.parameter(self, "bias")
+        if route(("layer_norm", self.policy, self.normalized_shape), self._decide, input, weight, bias) is True:
+            return kernels.layer_norm(input, self.normalized_shape, weight, bias, self.eps)
+        return F.layer_norm(input, self.normalized_shape, weight, bias, self.eps)  # torch's LayerNorm.forward
+
+    def _decide(self, settings: tuple, x: torch.Tensor, weight, bias) -> bool | str:
+        why = _norm_reason(x, self.normalized_shape, weight, bias)
+        if why is not None:
+            return why
+        n = math.prod(self.normalized_shape)
+        return routed(self.policy, "layer_norm", x.dtype, x.numel() // n, n, support.grad_needed(x, weight, bias))
 
 
 class RMSNorm(torch.nn.RMSNorm):
@@ -92,14 +88,17 @@ class RMSNorm(torch.nn.RMSNorm):
         self.policy = check_policy(policy)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        why = _norm_reason(x, self.normalized_shape, self.weight, None)
-        if why is None:
-            n = math.prod(self.normalized_shape)
-            if routed(self.policy, "rms_norm", x.dtype, x.numel() // n, n, support.grad_needed(x, self.weight)):
-                return kernels.rms_norm(x, self.normalized_shape, self.weight, self.eps)
-        else:
-            fell_back("rms_norm", why)
-        return super().forward(x)
+        weight = support.parameter(self, "weight")
+        if route(("rms_norm", self.policy, self.normalized_shape), self._decide, x, weight) is True:
+            return kernels.rms_norm(x, self.normalized_shape, weight, self.eps)
+        return F.rms_norm(x, self.normalized_shape, weight, self.eps)  # torch's RMSNorm.forward
+
+    def _decide(self, settings: tuple, x: torch.Tensor, weight) -> bool | str:
+        why = _norm_reason(x, self.normalized_shape, weight, None)
+        if why is not None:
+            return why
+        n = math.prod(self.normalized_shape)
+        return routed(self.policy, "rms_norm", x.dtype, x.numel() // n, n, support.grad_needed(x, weight))
 
 
 class GroupNorm(torch.nn.GroupNorm):
@@ -128,37 +127,38 @@ class GroupNorm(torch.nn.GroupNorm):
         self.activation = support.check_activation(activation, _ACTIVATIONS)
         self.policy = check_policy(policy)
 
-    def _reason(self, x: torch.Tensor) -> str | None:
+    def _reason(self, x: torch.Tensor, weight, bias) -> str | None:
         why = support.tensor(x) or support.empty(x)
         if why is None and (x.dim() < 2 or x.shape[1] != self.num_channels):
             why = "not an (N, C, *) input of num_channels channels"
         if why is None and sum((size - 1) * stride for size, stride in zip(x.shape[1:], x.stride()[1:])) >= _MAX_SPAN:
             why = "a sample spans 2**31 elements or more"
-        return why or support.param(self.weight, x, float32_ok=False) or support.param(self.bias, x, float32_ok=False)
+        return why or support.param(weight, x, float32_ok=False) or support.param(bias, x, float32_ok=False)
 
     def forward(self, input: torch.Tensor) -> torch.Tensor:
-        x = input
-        why = self._reason(x)
-        if why is None:
-            positions = x.numel() // (x.shape[0] * x.shape[1])
-            channels_last = x.dim() > 2 and x.stride(1) < x.stride(-1)
-            if routed(
-                self.policy,
-                "group_norm",
-                x.dtype,
-                x.shape[0],
-                x.shape[1],
-                positions,
-                self.num_groups,
-                channels_last,
-                self.activation or "none",
-                support.grad_needed(x, self.weight, self.bias),
-            ):
-                return kernels.group_norm(x, self.num_groups, self.weight, self.bias, self.eps, self.activation)
-        else:
-            fell_back("group_norm", why)
-        y = super().forward(x)
-        return y if self.activation is None else _ACTIVATIONS[self.activation](y)
+        weight, bias, activation = support.parameter(self, "weight"), support.parameter(self, "bias"), self.activation
+        settings = ("group_norm", self.policy, self.num_groups, self.num_channels, activation)
+        if route(settings, self._decide, input, weight, bias) is True:
+            return kernels.group_norm(input, self.num_groups, weight, bias, self.eps, activation)
+        y = F.group_norm(input, self.num_groups, weight, bias, self.eps)  # torch's GroupNorm.forward
+        return y if activation is None else _ACTIVATIONS[activation](y)
+
+    def _decide(self, settings: tuple, x: torch.Tensor, weight, bias) -> bool | str:
+        why = self._reason(x, weight, bias)
+        if why is not None:
+            return why
+        return routed(
+            self.policy,
+            "group_norm",
+            x.dtype,
+            x.shape[0],
+            x.shape[1],
+            x.numel() // (x.shape[0] * x.shape[1]),
+            self.num_groups,
+            x.dim() > 2 and x.stride(1) < x.stride(-1),  # channels last
+            self.activation or "none",
+            support.grad_needed(x, weight, bias),
+        )
 
     def extra_repr(self) -> str:
         return super().extra_repr() + ("" if self.activation is None else f", activation={self.activation!r}")

@@ -1,5 +1,6 @@
 """Whether a call is one the tuned kernels take: each check returns None, or a short reason why torch runs it
-instead. They sit on every call's path, so each is a few attribute reads; reasons are constant strings."""
+instead; reasons are constant strings. They run on the first call of a signature (`signature`): what the checks and
+the routing read off a call's tensors, so later calls with the same signature reuse their answer."""
 
 from __future__ import annotations
 
@@ -29,6 +30,31 @@ def tensor(x: object, dtypes: tuple[torch.dtype, ...] = FLOAT_DTYPES) -> str | N
     if torch.is_autocast_enabled(_KERNEL_DEVICE):
         return "under torch.autocast, which decides this op's dtype"
     return None
+
+
+def signature(settings: tuple, x: object, *others: torch.Tensor | None) -> tuple | None:
+    """The key a call's route is remembered under (`routing.route`): the module's settings that its checks and
+    routing read (its kind first), then, of x, shape, strides, dtype, device, layout and whether it requires grad;
+    of each other tensor (None: absent) the same but strides; grad mode and autocast. None where the call is not
+    remembered: x or another not a tensor or a nested one, or under torch.compile (decided while tracing)."""
+    if torch.compiler.is_compiling() or not isinstance(x, torch.Tensor):
+        return None
+    try:
+        key = [settings, torch.is_grad_enabled(), torch.is_autocast_enabled(_KERNEL_DEVICE)]
+        key += (x.shape, x.stride(), x.dtype, x.device, x.layout, x.requires_grad)
+        for t in others:
+            key.append(None if t is None else (t.shape, t.dtype, t.device, t.layout, t.requires_grad))
+    except (AttributeError, RuntimeError):  # not a tensor; a nested tensor, which has no shape or strides
+        return None
+    return tuple(key)
+
+
+def parameter(module: torch.nn.Module, name: str) -> torch.Tensor | None:
+    """module.<name>, read from its registered parameters where it is one: a read through nn.Module.__getattr__
+    costs about 0.4 us on a CPU, a call's path reads two or three. Anything else (a parametrization's property, a
+    plain attribute) is read as usual."""
+    parameters = module._parameters
+    return parameters[name] if name in parameters else getattr(module, name)
 
 
 def param(p: torch.Tensor | None, x: torch.Tensor, *, float32_ok: bool) -> str | None:
