@@ -12,6 +12,8 @@
 #   compare:DTYPE          same-run benchmark against sdpa's flash, cuDNN and efficient backends, every preset
 #   cold:DTYPE:SHAPE       `search --cold` of one shape (TRIALS, STUDY_TIMEOUT) against the best known row
 #   export                 the tuned attention rows as a database of their own, to ship or merge
+#   gluon:DTYPE            the Gluon forward for Hopper (hopper_forward.py): its config grid checked against
+#                          float64 and timed against flash_attn and sdpa's cuDNN and flash (hopper_attention_probe.py)
 # For the issue's goals (bf16, D = 128), in this order:
 #   check  fwd:bf16:128:full  fwd:bf16:128:causal  fwd:bf16:128:decode  bwd:bf16:128:full  bwd:bf16:128:causal
 #   compare:bf16  gpu-tests  gate-fwd  gate-bwd  export
@@ -102,6 +104,8 @@ for stage in "$@"; do
     cold)  # cold:DTYPE:SHAPE: a search that reads no database, against the best known row (issue 38's 3% in 5 minutes)
       python3 benchmarks/cold_search.py --kernel flash_attn --dtype "$dtype" --shape "$d" --trials "$TRIALS" \
         --timeout "$STUDY_TIMEOUT" --out "$OUT/cold-search-flash_attn-$dtype-$GPU" ;;
+    gluon) python3 benchmarks/hopper_attention_probe.py --dtype "$dtype" --timeout 240 \
+      --out "$OUT/hopper-attention-probe-$dtype-$GPU-$stamp" ;;
     export)
       rm -f "$OUT/attention-$GPU.sqlite"
       python3 -m autotune db export --gpu "$GPU" -o "$OUT/attention-$GPU.sqlite" &&
