@@ -31,6 +31,23 @@ SCRIPT = textwrap.dedent(
             )
     """
 )
+GROUP_SCRIPT = textwrap.dedent(
+    """
+    import multiprocessing, subprocess, sys, time
+    from autotune.engine.worker_lifetime import become_worker
+
+    def work():
+        become_worker()
+        compiler = subprocess.Popen(["sleep", "120"])  # stands for a ptxas the worker waits on
+        print(multiprocessing.current_process().pid, compiler.pid, flush=True)
+        compiler.wait()
+
+    if __name__ == "__main__":
+        worker = multiprocessing.get_context("spawn").Process(target=work)
+        worker.start()
+        worker.join()
+    """
+)
 WORKERS = 3
 """Two compile-ahead workers and the evaluation worker."""
 
@@ -108,3 +125,30 @@ def test_workers_end_when_their_parent_is_killed(tmp_path):
                     kill(pid, signal.SIGKILL)
                 except OSError:
                     pass
+
+
+def test_a_workers_subprocesses_end_with_it(tmp_path):
+    script = tmp_path / "worker_with_a_compiler.py"
+    script.write_text(GROUP_SCRIPT)
+    process = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True, start_new_session=True)
+    started: dict[int, int] = {}
+    try:
+        pids = [int(pid) for pid in process.stdout.readline().split()]
+        started = {pid: _stat(pid)[2] for pid in pids}
+        assert len(_alive(started)) == 2
+
+        os.kill(process.pid, signal.SIGKILL)
+        process.wait(10)
+        deadline = time.monotonic() + 10
+        while _alive(started) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not _alive(started), f"{_alive(started)} outlived the worker's killed parent"
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+        for pid in _alive(started):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
