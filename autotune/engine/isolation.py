@@ -34,7 +34,8 @@ import torch
 from autotune import gpu
 from autotune.engine.evaluate import Evaluator
 from autotune.engine.outcome import TrialOutcome
-from autotune.engine.precompile import START_TIMEOUT_S, ignore_interrupts, importable_name
+from autotune.engine.precompile import START_TIMEOUT_S, importable_name
+from autotune.engine.worker_lifetime import become_worker
 from autotune.gate.verify import Failure, KnownFailure, VerifyResult
 from autotune.identity import Outcome, config_key
 from autotune.runtime import registry
@@ -340,7 +341,7 @@ def _build(
 def _serve(conn, *args) -> None:
     """Worker: build the Evaluator (inputs, references) of args, then answer requests until the pipe
     closes; "bind" builds another problem's Evaluator in its place (the next study's)."""
-    ignore_interrupts()
+    become_worker()
     try:
         evaluator = _build(*args)
     except Exception as exc:

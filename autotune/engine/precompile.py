@@ -13,7 +13,6 @@ import concurrent.futures
 import json
 import multiprocessing
 import os
-import signal
 import sys
 import threading
 from collections.abc import Iterable, Sequence
@@ -22,6 +21,7 @@ from concurrent.futures.process import BrokenProcessPool
 import cachetools
 import torch
 
+from autotune.engine.worker_lifetime import become_worker
 from autotune.gate.verify import draw_problems, tensor_bytes
 from autotune.identity import config_key, problem_key
 from autotune.space import Config, Problem
@@ -165,19 +165,10 @@ and verifying process: workers held about 3 GiB each when one `db verify` ran ou
 _inputs = cachetools.LRUCache(MAX_CACHED_INPUT_BYTES, getsizeof=tensor_bytes)
 
 
-def ignore_interrupts() -> None:
-    """In a worker process: Ctrl-C is the parent's to handle (it stops its workers). A terminal sends SIGINT to
-    its whole foreground process group, so the worker leaves that group (its compiler subprocesses with it:
-    an interrupted ptxas makes Triton print the whole PTX) and ignores SIGINT sent to it anyway."""
-    if hasattr(os, "setpgrp"):
-        os.setpgrp()
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-
-
 def _start_worker(started: threading.Barrier) -> None:
     from autotune import gpu  # importing autotune picks the interpreter before Triton, as the parent did
 
-    ignore_interrupts()
+    become_worker()
 
     if not gpu.interpreter_active():
         from triton.runtime.jit import KernelInterface
