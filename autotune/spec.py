@@ -168,10 +168,22 @@ class KernelSpec:
             return True
         return config is not None and any(e.source_hash == source_hash and e.holds(config) for e in self.extends)
 
+    def row_is_current(self, row: StoredRow) -> bool:
+        """`is_current` of a stored row (one whose config does not read is current only under this source)."""
+        if row.source_hash == self.source_hash:
+            return True
+        if row.source_hash not in self.current_hashes:
+            return False
+        try:
+            config = row.config
+        except ValueError:
+            return False
+        return self.is_current(row.source_hash, config)
+
     def current_rows(self, rows: Iterable[Row]) -> list[Row]:
         """rows that are current for this spec (`is_current`), in order, less each earlier space's row whose
         (gpu, dtype, bucket) also has a row of this source: a search of the extended space stored that one."""
-        rows = [row for row in rows if self.is_current(row.source_hash, _config_of(row, self.source_hash))]
+        rows = [row for row in rows if self.row_is_current(row)]
         own = {(row.gpu, row.dtype, row.bucket) for row in rows if row.source_hash == self.source_hash}
         return [r for r in rows if r.source_hash == self.source_hash or (r.gpu, r.dtype, r.bucket) not in own]
 
@@ -221,16 +233,6 @@ def _hash_of(sources: Sequence[Any], params: Sequence[tuple[str, Any]]) -> str:
             digest.update(repr(obj).encode())
     digest.update(repr(list(params)).encode())
     return digest.hexdigest()[:16]
-
-
-def _config_of(row: StoredRow, source_hash: str) -> Mapping[str, Any] | None:
-    """row's config where is_current needs it (a row of another source); None where it is not read or unreadable."""
-    if row.source_hash == source_hash:
-        return None
-    try:
-        return row.config
-    except ValueError:
-        return None
 
 
 def _check_earlier(spec: KernelSpec, where: str, earlier: EarlierSpace) -> None:

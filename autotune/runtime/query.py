@@ -58,7 +58,7 @@ def stored_rows(
                         "verify_seed": r.verify_seed,
                         "verify_examples": r.verify_examples,
                         "verify_failure": r.verify_failure_json,
-                        "current": r.source_hash == spec.source_hash,
+                        "current": spec.row_is_current(r),
                         "source": "shipped" if shipped else masked_url(url),
                     }
                 )
