@@ -40,10 +40,10 @@ class Cost:
 
 @dataclass(frozen=True)
 class EarlierSpace:
-    """An earlier version of a kernel that its spec extends (`KernelSpec.extends`): the `sources` it had (the same
-    function objects the spec lists now, so editing one changes this version's hash too) and its parameters'
-    values then, in the space's order. Rows stored under its hash stay current wherever their config lies in it:
-    the code they were measured and verified with is still there, unchanged."""
+    """An earlier version of a kernel that its spec extends (`KernelSpec.extends`): the `sources` it had, in the
+    order it listed them (the same function objects the spec lists now, so editing one changes this version's hash
+    too), and its parameters' values then, in the space's order. Rows stored under its hash stay current wherever
+    their config lies in it: the code they were measured and verified with is still there, unchanged."""
 
     sources: Sequence[Any]
     params: Mapping[str, Sequence[Any]]
