@@ -6,7 +6,7 @@ _gpu.select_backend()  # before anything imports Triton
 
 from autotune.runtime.registry import get, names, register  # noqa: E402
 from autotune.space import InvalidConfig, Param, SearchSpace  # noqa: E402
-from autotune.spec import Cost, KernelSpec  # noqa: E402
+from autotune.spec import Cost, EarlierSpace, KernelSpec  # noqa: E402
 
 __version__ = "0.1.0"
 
@@ -25,6 +25,7 @@ def __getattr__(name: str):
 
 __all__ = [
     "Cost",
+    "EarlierSpace",
     "InvalidConfig",
     "KernelSpec",
     "Param",

@@ -33,6 +33,16 @@ class Param:
             raise ValueError(f"parameter {self.name!r} needs at least one value")
 
 
+def within(config: Mapping[str, Any], params: Mapping[str, Sequence[Any]]) -> bool:
+    """Whether config sets exactly the parameters of params, each to one of its values."""
+    return set(config) == set(params) and all(_one_of(config[name], values) for name, values in params.items())
+
+
+def _one_of(value: Any, values: Sequence[Any]) -> bool:
+    # bool is an int subclass; never let True stand in for 1, nor 1 for True.
+    return any(v == value and isinstance(v, bool) == isinstance(value, bool) for v in values)
+
+
 def powers_of_two(lo: int, hi: int) -> tuple[int, ...]:
     """All powers of two from lo to hi inclusive."""
     return tuple(2**e for e in range(int(math.log2(lo)), int(math.log2(hi)) + 1))
@@ -78,8 +88,7 @@ class SearchSpace:
             raise InvalidConfig(f"missing parameter(s) {missing}")
         for p in self.params:
             value = config[p.name]
-            # bool is an int subclass; never let True stand in for 1, nor 1 for True.
-            if not any(v == value and isinstance(v, bool) == isinstance(value, bool) for v in p.values):
+            if not _one_of(value, p.values):
                 raise InvalidConfig(f"{p.name}={value!r} is not one of {list(p.values)}")
         return {n: config[n] for n in self.names}
 

@@ -5,13 +5,13 @@ from __future__ import annotations
 import functools
 import hashlib
 import inspect
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 import torch
 
-from autotune.space import Config, Problem, SearchSpace
+from autotune.space import Config, Problem, SearchSpace, within
 
 Inputs = dict[str, Any]
 """A problem made concrete: tensors plus options, as `launch`, `reference` and `baseline` take them."""
@@ -36,6 +36,50 @@ class Cost:
 
     flops: float
     bytes: float
+
+
+@dataclass(frozen=True)
+class EarlierSpace:
+    """An earlier version of a kernel that its spec extends (`KernelSpec.extends`): the `sources` it had, in the
+    order it listed them (the same function objects the spec lists now, so editing one changes this version's hash
+    too), and its parameters' values then, in the space's order. Rows stored under its hash stay current wherever
+    their config lies in it: the code they were measured and verified with is still there, unchanged."""
+
+    sources: Sequence[Any]
+    params: Mapping[str, Sequence[Any]]
+
+    @classmethod
+    def before(cls, space: SearchSpace, sources: Sequence[Any], **values: Sequence[Any]) -> EarlierSpace:
+        """space's parameters as they were before values were added: those named take the given values (the
+        `variant` list before the new variant, say), the others their values now."""
+        unknown = sorted(set(values) - set(space.names))
+        if unknown:
+            raise ValueError(f"EarlierSpace.before: {unknown} are not parameters of the space; expected {space.names}")
+        return cls(tuple(sources), {p.name: tuple(values.get(p.name, p.values)) for p in space.params})
+
+    @functools.cached_property
+    def source_hash(self) -> str:
+        """The hash the spec had with these sources and parameters (`_source_hash` of that earlier spec)."""
+        return _hash_of(self.sources, [(name, tuple(values)) for name, values in self.params.items()])
+
+    def holds(self, config: Mapping[str, Any]) -> bool:
+        """Whether this earlier space could have produced config: its parameters, each value one of theirs."""
+        return within(config, self.params)
+
+
+class StoredRow(Protocol):
+    """What `KernelSpec.current_rows` reads of a stored row (`autotune.db.BestRow` is one)."""
+
+    source_hash: str
+    gpu: str
+    dtype: str
+    bucket: str
+
+    @property
+    def config(self) -> dict[str, Any]: ...
+
+
+Row = TypeVar("Row", bound=StoredRow)
 
 
 @dataclass(frozen=True, eq=False)
@@ -70,6 +114,8 @@ class KernelSpec:
             field alike) misjudges which stored config suits a bucket with no row of its own.
         resources: what a config needs of the device on a problem (`autotune.device_limits.Resources`: shared
             memory, registers, TMA): a GPU served another GPU's rows drops the configs that do not fit it.
+        extends: earlier versions of this spec whose stored rows still hold (`EarlierSpace`): a variant added
+            to `sources` and to the space leaves the rows tuned before it current (`is_current`).
     """
 
     name: str
@@ -96,7 +142,12 @@ class KernelSpec:
     dtypes: tuple[torch.dtype, ...] = (torch.float32, torch.float16, torch.bfloat16)
     bound: str = "memory"  # "memory" or "compute": which roofline a result is judged against
     description: str = ""
+    extends: Sequence[EarlierSpace] = ()
     _hash: list[str] = field(default_factory=list, repr=False)
+
+    def __post_init__(self) -> None:
+        for i, earlier in enumerate(self.extends):
+            _check_earlier(self, f"extends[{i}]", earlier)
 
     @property
     def source_hash(self) -> str:
@@ -104,6 +155,37 @@ class KernelSpec:
         if not self._hash:
             self._hash.append(_source_hash(self))
         return self._hash[0]
+
+    @property
+    def current_hashes(self) -> tuple[str, ...]:
+        """The source hashes whose rows may be current (`is_current`): this spec's own, then its earlier spaces'."""
+        return (self.source_hash, *(e.source_hash for e in self.extends if e.source_hash != self.source_hash))
+
+    def is_current(self, source_hash: str, config: Mapping[str, Any] | None) -> bool:
+        """Whether a row stored under source_hash with config holds for this spec: it was tuned for this source,
+        or for an earlier space this spec extends that could have produced config (None: not known)."""
+        if source_hash == self.source_hash:
+            return True
+        return config is not None and any(e.source_hash == source_hash and e.holds(config) for e in self.extends)
+
+    def row_is_current(self, row: StoredRow) -> bool:
+        """`is_current` of a stored row (one whose config does not read is current only under this source)."""
+        if row.source_hash == self.source_hash:
+            return True
+        if row.source_hash not in self.current_hashes:
+            return False
+        try:
+            config = row.config
+        except ValueError:
+            return False
+        return self.is_current(row.source_hash, config)
+
+    def current_rows(self, rows: Iterable[Row]) -> list[Row]:
+        """rows that are current for this spec (`is_current`), in order, less each earlier space's row whose
+        (gpu, dtype, bucket) also has a row of this source: a search of the extended space stored that one."""
+        rows = [row for row in rows if self.row_is_current(row)]
+        own = {(row.gpu, row.dtype, row.bucket) for row in rows if row.source_hash == self.source_hash}
+        return [r for r in rows if r.source_hash == self.source_hash or (r.gpu, r.dtype, r.bucket) not in own]
 
     def problem_for(self, problem: Problem, dtype: torch.dtype) -> Problem:
         """problem as the space's constraints see it in dtype: with problem["dtype"] set where they need it."""
@@ -137,15 +219,39 @@ class KernelSpec:
 
 
 def _source_hash(spec: KernelSpec) -> str:
+    return _hash_of(spec.sources, [(p.name, p.values) for p in spec.space.params])
+
+
+def _hash_of(sources: Sequence[Any], params: Sequence[tuple[str, Any]]) -> str:
+    """The source hash of sources and the space's (name, values) pairs: what a stored row is tied to."""
     digest = hashlib.sha256()
-    for obj in spec.sources:
+    for obj in sources:
         fn = getattr(obj, "fn", obj)  # triton.JITFunction wraps the Python function as .fn
         try:
             digest.update(inspect.getsource(fn).encode())
         except (OSError, TypeError):
             digest.update(repr(obj).encode())
-    digest.update(repr([(p.name, p.values) for p in spec.space.params]).encode())
+    digest.update(repr(list(params)).encode())
     return digest.hexdigest()[:16]
+
+
+def _check_earlier(spec: KernelSpec, where: str, earlier: EarlierSpace) -> None:
+    """ValueError unless earlier is an earlier version of spec: some of its sources (the same objects), its
+    parameters, each with some of its values."""
+    if not isinstance(earlier, EarlierSpace):
+        raise ValueError(f"{spec.name}: {where} must be an EarlierSpace, got {type(earlier).__name__}")
+    strangers = [repr(getattr(s, "__name__", s)) for s in earlier.sources if not any(s is t for t in spec.sources)]
+    if strangers:
+        raise ValueError(f"{spec.name}: {where}.sources {strangers} are not among the spec's sources (same objects)")
+    if tuple(earlier.params) != spec.space.names:
+        raise ValueError(
+            f"{spec.name}: {where}.params names {list(earlier.params)}; expected the space's {list(spec.space.names)}"
+        )
+    now = {p.name: p.values for p in spec.space.params}
+    for name, values in earlier.params.items():
+        extra = [v for v in values if not within({name: v}, {name: now[name]})]
+        if extra:
+            raise ValueError(f"{spec.name}: {where}.params[{name!r}] has {extra}, not values of the space now")
 
 
 SIZE_KEYS = ("batch", "m", "k", "h", "n")

@@ -63,9 +63,8 @@ def _export_portable(
     spec = kernel_spec(kernel)
     require_database(db_url)
     with open_store(db_url, readonly=True) as store:
-        rows = [
-            r for r in store.best_rows(kernel=spec.name, gpu=gpu_name, source_hash=spec.source_hash) if not r.flagged
-        ]
+        found = store.best_rows(kernel=spec.name, gpu=gpu_name, source_hash=spec.current_hashes)
+        rows = spec.current_rows(r for r in found if not r.flagged)
     if not rows:
         raise click.ClickException(f"no rows of {spec.name} on {gpu_name} tuned for its current source to export")
     try:
@@ -83,10 +82,11 @@ def _export_portable(
 
 
 def _tuned_for_current_source(row) -> bool:
-    """False for a row tuned for an older source of a known kernel: the runtime ignores it (with a warning)."""
+    """False for a row tuned for an older source of a known kernel (not one its spec `extends`): the runtime
+    ignores it (with a warning)."""
     if row.kernel not in registry.names():
         return True
-    return registry.get(row.kernel).source_hash == row.source_hash
+    return registry.get(row.kernel).row_is_current(row)
 
 
 @db.command("prune")

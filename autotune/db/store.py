@@ -177,12 +177,16 @@ class ConfigStore:
         kernel: str | None = None,
         gpu: str | None = None,
         dtype: str | None = None,
-        source_hash: str | None = None,
+        source_hash: str | Sequence[str] | None = None,
         bucket: str | None = None,
     ) -> list[BestRow]:
-        """Best rows matching every given filter, ordered by kernel, gpu, dtype, bucket. A row that cannot be
-        read (a date that does not parse, text where a number belongs) is left out with an UnreadableRowWarning."""
-        query = self._best_query(kernel=kernel, gpu=gpu, dtype=dtype, source_hash=source_hash, bucket=bucket)
+        """Best rows matching every given filter (`source_hash`: one hash, or any of several), ordered by kernel,
+        gpu, dtype, bucket. A row that cannot be read (a date that does not parse, text where a number belongs)
+        is left out with an UnreadableRowWarning."""
+        hashes = [source_hash] if isinstance(source_hash, str) or source_hash is None else list(source_hash)
+        query = self._best_query(kernel=kernel, gpu=gpu, dtype=dtype, bucket=bucket)
+        if hashes != [None]:
+            query = query.where(BestConfig.source_hash.in_(hashes))
         rows, unreadable = self._read_best(query)
         for why in unreadable:
             warnings.warn(f"autotune: {self.where}: skipped {why}", UnreadableRowWarning, stacklevel=2)

@@ -166,9 +166,13 @@ def conclude(
         else {
             config_key(row.config)
             for row in store.best_rows(
-                kernel=spec.name, source_hash=spec.source_hash, gpu=info.name, dtype=result.dtype, bucket=result.bucket
+                kernel=spec.name,
+                source_hash=spec.current_hashes,
+                gpu=info.name,
+                dtype=result.dtype,
+                bucket=result.bucket,
             )
-            if row.flagged
+            if row.flagged and spec.row_is_current(row)
         }
     )
     for outcome in sorted((o for o in result.trials if o.outcome == Outcome.OK), key=lambda o: o.time_ms):

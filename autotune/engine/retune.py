@@ -1,7 +1,7 @@
 """Retune everything for new hardware in one command: every kernel's preset problems in every dtype on this GPU,
 one study each, the time budget split across the studies still to run (each gets its share of what is left as
-its search timeout). Resumable: a study whose row this GPU already holds for the kernel's current source in the
-database is skipped, so a second run continues where the first stopped."""
+its search timeout). Resumable: a study whose row this GPU already holds for the kernel's current source (or an
+earlier space it `extends`) in the database is skipped, so a second run continues where the first stopped."""
 
 from __future__ import annotations
 
@@ -121,15 +121,17 @@ def _dtype_rank(dtype: torch.dtype) -> int:
 
 
 def stored(store: ConfigStore, study: Study, gpu_name: str) -> bool:
-    """Whether the database holds this study's row for this GPU and the kernel's current source (not flagged)."""
+    """Whether the database holds this study's row for this GPU and the kernel's current source (not flagged),
+    or a row of an earlier space the kernel `extends` that is current: the runtime serves it, so a retune
+    leaves it (an `autotune search` of its bucket explores the added variant, its config the first trial)."""
     rows = store.best_rows(
         kernel=study.spec.name,
         gpu=gpu_name,
         dtype=DTYPE_NAMES[study.dtype],
-        source_hash=study.spec.source_hash,
+        source_hash=study.spec.current_hashes,
         bucket=study.bucket,
     )
-    return any(not r.flagged for r in rows)
+    return bool(study.spec.current_rows(r for r in rows if not r.flagged))
 
 
 def retune(
@@ -165,7 +167,7 @@ def retune(
         try:
             for i, study in enumerate(studies):
                 if study not in pending:
-                    finish(Outcome(study, KEPT, "already stored for this GPU and source"))
+                    finish(Outcome(study, KEPT, "already stored for this GPU and source (or a space it extends)"))
                     continue
                 left = deadline - time.monotonic()
                 if left <= 0:

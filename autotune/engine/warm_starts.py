@@ -29,10 +29,10 @@ def bucket_failures(store: ConfigStore | None, key: RowKey) -> list[KnownFailure
 def warm_starts(
     spec: KernelSpec, store: ConfigStore | None, key: RowKey, problem: Problem | None = None
 ) -> list[Config]:
-    """The configs a study tries first: the space's default, then the best stored for its bucket, if any,
-    then (up to EARLIER_SOURCE_WARM_STARTS) this bucket's winners under earlier sources of the kernel in
-    `store`, newest first, where their configs are still in the space: a changed kernel is re-tuned from
-    where its last search ended.
+    """The configs a study tries first: the space's default, then the best stored for its bucket, if any (of
+    this source, then of the earlier spaces it `extends`), then (up to EARLIER_SOURCE_WARM_STARTS) this bucket's
+    winners under other earlier sources of the kernel in `store`, newest first, where their configs are still in
+    the space: a changed kernel is re-tuned from where its last search ended.
 
     Given the problem, then the space's own starts for it (`SearchSpace.starts`: configs known to do well on
     such problems), and up to NEIGHBOUR_WARM_STARTS winners of neighbouring searches that run on it,
@@ -45,14 +45,12 @@ def warm_starts(
             for row in store.best_rows(kernel=key.kernel, gpu=key.gpu, dtype=key.dtype, bucket=key.bucket)
             if not row.flagged
         ]
-        configs += [
-            config
-            for row in rows
-            if row.source_hash == key.source_hash
-            if (config := _stored_config(spec, row)) is not None
-        ]
+        # This source's row, then those of the earlier spaces it extends: their configs are this kernel's code.
+        current = [row for row in rows if spec.row_is_current(row)]
+        current.sort(key=lambda row: row.source_hash != key.source_hash)
+        configs += [config for row in current if (config := _stored_config(spec, row)) is not None]
         earlier: list[Config] = []
-        older_rows = [row for row in rows if row.source_hash != key.source_hash]
+        older_rows = [row for row in rows if not spec.row_is_current(row)]
         for row in sorted(older_rows, key=lambda row: row.created_at, reverse=True):
             if len(earlier) == EARLIER_SOURCE_WARM_STARTS:
                 break
@@ -94,12 +92,13 @@ def _stored_config(spec: KernelSpec, row: BestRow) -> Config | None:
 def _neighbour_winners(spec: KernelSpec, store: ConfigStore | None, key: RowKey, problem: Problem) -> list[Config]:
     """Stored bests of this kernel's source other than this search's own row that run on `problem`, nearest
     bucket first, then the same dtype, then the same GPU (other GPUs' only on a GPU)."""
-    rows = [] if store is None else store.best_rows(kernel=key.kernel, source_hash=key.source_hash)
+    rows = [] if store is None else store.best_rows(kernel=key.kernel, source_hash=spec.current_hashes)
     # The search's own store, and the shipped rows: a search sees what it will store into and what ships, as the
     # runtime serves them, but no other database (a search into another file never takes the user database's rows).
-    for _url, found in runtime.read_rows(key.kernel, source_hash=key.source_hash, skip=store, shipped_only=True):
+    for _url, found in runtime.read_rows(key.kernel, source_hash=spec.current_hashes, skip=store, shipped_only=True):
         if not isinstance(found, Exception):  # an unreadable database offers no first guesses
             rows += found
+    rows = spec.current_rows(rows)
     # Under the interpreter a GPU's winner is no better a guess than any other config.
     other_gpus = not gpu.current_gpu().is_interpreter
     ranked = []

@@ -257,8 +257,10 @@ def _stored_problem(spec: KernelSpec, choice: runtime.Choice, dtype: torch.dtype
     if choice.database is None:
         return None
     with ConfigStore(choice.database, readonly=True) as store:
-        rows = store.best_rows(
-            kernel=spec.name, gpu=gpu.current_gpu().name, dtype=DTYPE_NAMES[dtype], source_hash=spec.source_hash
+        rows = spec.current_rows(
+            store.best_rows(
+                kernel=spec.name, gpu=gpu.current_gpu().name, dtype=DTYPE_NAMES[dtype], source_hash=spec.current_hashes
+            )
         )
     return next((row.problem for row in rows if row.bucket == choice.bucket and not row.flagged), None)
 

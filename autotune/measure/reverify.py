@@ -135,7 +135,7 @@ def _reverify_row(
         if row.kernel not in registry.names():
             return skipped(f"kernel {row.kernel!r} is not registered (load it to check its rows: --kernel module:attr)")
         spec = registry.get(row.kernel)
-    if row.source_hash != spec.source_hash:
+    if not spec.row_is_current(row):
         return skipped(f"tuned for another source of {spec.name} ({row.source_hash}): the runtime ignores it")
     try:
         config = spec.space.validate(row.config)

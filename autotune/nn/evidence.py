@@ -121,9 +121,10 @@ def _rows(kernel: str, gpu_name: str) -> dict[tuple[str, str, str], BestRow]:
     rows = _READ.get((kernel, gpu_name))
     if rows is None:
         rows = {}
-        for url, found in runtime.read_rows(kernel, source_hash=get(kernel).source_hash, gpu=gpu_name):
+        spec = get(kernel)
+        for url, found in runtime.read_rows(kernel, source_hash=spec.current_hashes, gpu=gpu_name):
             if not isinstance(found, Exception):  # the runtime already said it could not read this database
-                rows.update({(url, r.dtype, r.bucket): r for r in found})
+                rows.update({(url, r.dtype, r.bucket): r for r in spec.current_rows(found)})
         _READ[(kernel, gpu_name)] = rows
     return rows
 

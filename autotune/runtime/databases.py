@@ -4,6 +4,7 @@ serves configs from them and a search takes its neighbours' winners from them; n
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 
 from autotune import db
 from autotune.db import BestRow, ConfigStore
@@ -27,12 +28,13 @@ def database_urls() -> list[tuple[str, bool]]:
 def read_rows(
     kernel: str,
     *,
-    source_hash: str | None = None,
+    source_hash: str | Sequence[str] | None = None,
     gpu: str | None = None,
     skip: ConfigStore | None = None,
     shipped_only: bool = False,
 ) -> list[tuple[str, list[BestRow] | Exception]]:
-    """Each database's best rows of kernel matching the filters, most preferred database first: (url, rows),
+    """Each database's best rows of kernel matching the filters (`source_hash`: one, or any of several, as a spec's
+    `current_hashes`), most preferred database first: (url, rows),
     or (url, the exception) for a database that cannot be read. `skip`: a store already read by the caller;
     `shipped_only`: the database shipped in the package alone.
     A url may hold a password: print it through `db.masked_url`."""

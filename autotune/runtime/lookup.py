@@ -15,7 +15,7 @@ from typing import Any
 import torch
 
 from autotune import gpu
-from autotune.db import masked_url
+from autotune.db import BestRow, masked_url
 from autotune.runtime import fallback
 from autotune.runtime.databases import read_rows
 from autotune.space import Config, InvalidConfig, Problem
@@ -150,25 +150,29 @@ class TunedConfigs:
         ignored: list[str] = []
         # Every dtype: any rows at all? None for this GPU: its family's nearest tuned GPU's that fit it serve.
         consulted, any_rows = fallback.when_untuned(self.spec, gpu_name, read_rows(self.spec.name, gpu=gpu_name)), False
+        candidates: list[tuple[str, BestRow]] = []
         for url, found in consulted:
             if isinstance(found, Exception):
                 ignored.append(f"database {masked_url(url)} unreadable ({type(found).__name__}: {found})")
                 continue
             any_rows = any_rows or bool(found)
-            for row in found:
-                if row.dtype != DTYPE_NAMES[dtype] or row.flagged:  # flagged: failed re-verification
-                    continue
-                if row.source_hash != self.spec.source_hash:
+            # flagged: failed re-verification
+            candidates += [(url, row) for row in found if row.dtype == DTYPE_NAMES[dtype] and not row.flagged]
+        # A row of this source, in any database, serves before a row of an earlier space it extends (`extends`).
+        current = {id(row) for row in self.spec.current_rows(row for _, row in candidates)}
+        for url, row in candidates:
+            if id(row) not in current:
+                if not self.spec.row_is_current(row):  # else a row of this source holds its bucket
                     ignored.append(f"bucket {row.bucket}: tuned for another kernel source ({row.source_hash})")
-                    continue
-                try:
-                    config = self.spec.space.validate(row.config)
-                except (ValueError, InvalidConfig) as exc:
-                    ignored.append(f"bucket {row.bucket}: {exc}")
-                    continue
-                if row.bucket not in seen:  # the user database overlays the shipped one
-                    seen.add(row.bucket)
-                    rows.append((row.bucket, config, url))
+                continue
+            try:
+                config = self.spec.space.validate(row.config)
+            except (ValueError, InvalidConfig) as exc:
+                ignored.append(f"bucket {row.bucket}: {exc}")
+                continue
+            if row.bucket not in seen:  # the user database overlays the shipped one
+                seen.add(row.bucket)
+                rows.append((row.bucket, config, url))
         if ignored:
             warnings.warn(
                 f"autotune: ignored {len(ignored)} stored config(s) for {self.spec.name} "

@@ -24,7 +24,8 @@ def stored_rows(
     """Rows of spec's best configs: from db_url alone if given, else the user and shipped databases, each
     read read-only (StoreError or FileNotFoundError where one is no autotune database this autotune reads).
 
-    `current` says whether a row was tuned for this version of the kernel (the runtime uses only those);
+    `current` says whether a row was tuned for this version of the kernel or an earlier space it `extends`
+    (`KernelSpec.row_is_current`: the runtime uses only those);
     `verified` how its latest re-verification went (the runtime never serves a row that failed it); `timing`
     how its time_ms was taken (`autotune.db.rows.TIMINGS`; None for rows stored before schema version 3).
     """
@@ -58,7 +59,7 @@ def stored_rows(
                         "verify_seed": r.verify_seed,
                         "verify_examples": r.verify_examples,
                         "verify_failure": r.verify_failure_json,
-                        "current": r.source_hash == spec.source_hash,
+                        "current": spec.row_is_current(r),
                         "source": "shipped" if shipped else masked_url(url),
                     }
                 )
