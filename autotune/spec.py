@@ -260,15 +260,18 @@ SIZE_KEYS = ("batch", "m", "k", "h", "n")
 
 def shape_label(problem: Problem) -> str:
     """A problem's shape as `--shape` writes it: '4096x8192', '8192x4096x16384,bias,gelu_tanh', or
-    '2x16/4x1:32768x128' and '4x16x4096x128+causal' (attention), or 'm=64,n=100' (@autotune.tune)."""
+    '2x16/4x1:32768x128' and '4x16x4096x128+causal' (attention; rope's '1x32/8x4096x128'), or 'm=64,n=100'
+    (@autotune.tune)."""
     if "shape" in problem:
         return "x".join(map(str, problem["shape"]))
     if "sizes" in problem:  # a kernel under @autotune.tune: its symbols' sizes
         return ",".join(f"{k}={v}" for k, v in problem["sizes"].items())
-    if "head_dim" in problem:
+    if "head_dim" in problem:  # attention's (nq, nk), or rope's positions (seq)
         heads = f"{problem['heads']}" + (f"/{problem['kv_heads']}" if problem["kv_heads"] != problem["heads"] else "")
-        lengths = f"{problem['nq']}" + (f":{problem['nk']}" if problem["nk"] != problem["nq"] else "")
-        return f"{problem['batch']}x{heads}x{lengths}x{problem['head_dim']}" + ("+causal" if problem["causal"] else "")
+        nq = problem.get("nq", problem.get("seq"))
+        lengths = f"{nq}" + (f":{problem['nk']}" if problem.get("nk", nq) != nq else "")
+        causal = "+causal" if problem.get("causal") else ""
+        return f"{problem['batch']}x{heads}x{lengths}x{problem['head_dim']}{causal}"
     options = ["bias"] if problem.get("bias") else []
     if problem.get("activation", "none") != "none":
         options.append(problem["activation"])

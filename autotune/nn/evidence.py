@@ -5,9 +5,10 @@ the time of the torch work they replace. Only a bucket's own row counts: a neare
 another shape, and the default config on none.
 
 What a row's torch time covers is the kernel spec's baseline, which is not always the torch call a launch replaces:
-the norms' and attention's backward baselines run torch's forward again before its backward (so the forward's own
-torch time is not added for that pair), and flash_attn's forward baseline also computes the log-sum-exp, which sdpa
-does not return (so a forward-only attention call has no evidence against sdpa alone: torch runs it)."""
+the norms', attention's and rope's backward baselines run torch's forward again before its backward (so the
+forward's own torch time is not added for that pair), and flash_attn's forward baseline also computes the
+log-sum-exp, which sdpa does not return (so a forward-only attention call has no evidence against sdpa alone: torch
+runs it)."""
 
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ from autotune.db import BestRow
 from autotune.runtime.registry import get
 from autotune.spec import DTYPE_NAMES
 
-BASELINE_ADDS_FORWARD = frozenset({"layer_norm_backward", "rms_norm_backward", "flash_attn_backward"})
+BASELINE_ADDS_FORWARD = frozenset({"layer_norm_backward", "rms_norm_backward", "flash_attn_backward", "rope_backward"})
 """Backward kernels whose stored torch time is torch's forward and backward together (their specs' baselines)."""
 BASELINE_ADDS_WORK = {
     "flash_attn": "its stored torch time also computes the log-sum-exp, which sdpa does not, so it "

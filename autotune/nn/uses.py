@@ -111,6 +111,12 @@ def flash_attn(
     return [("flash_attn", problem)] + ([("flash_attn_backward", problem)] if grad else [])
 
 
+def rope(batch: int, heads: int, kv_heads: int, seq: int, head_dim: int, grad: bool) -> list[Use]:
+    """rope of (B, H, N, D) queries and (B, Hk, N, D) keys, one launch for both (and one for their backward)."""
+    problem = {"batch": batch, "heads": heads, "kv_heads": kv_heads, "seq": seq, "head_dim": head_dim}
+    return [("rope", problem)] + ([("rope_backward", problem)] if grad else [])
+
+
 KINDS: dict[str, Callable[..., list[Use]]] = {
     "layer_norm": layer_norm,
     "rms_norm": rms_norm,
@@ -119,5 +125,6 @@ KINDS: dict[str, Callable[..., list[Use]]] = {
     "mlp": mlp,
     "gated_mlp": gated_mlp,
     "flash_attn": flash_attn,
+    "rope": rope,
 }
 """Each kind of routed call by name: its arguments (sizes and flags) give its launches."""

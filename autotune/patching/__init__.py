@@ -2,10 +2,10 @@
 
 What it serves: torch.nn LayerNorm, RMSNorm and GroupNorm; GroupNorm + SiLU/Mish and Linear + ReLU/GELU/SiLU
 neighbours in an nn.Sequential, fused; F.scaled_dot_product_attention calls of modules whose forward makes them;
-and, where those packages are installed, transformers' Llama-style RMSNorm and sdpa attention and diffusers'
-ResnetBlock2D GroupNorm + SiLU. Under the default policy each call runs the kernels only where this GPU's stored
-rows show them at least as fast as torch on its dtype and shape bucket, so a patch never makes a model slower by
-the rows' evidence; `force=True` runs them on every call they take."""
+and, where those packages are installed, transformers' Llama-style RMSNorm, gated MLP, rotary embedding and sdpa
+attention and diffusers' ResnetBlock2D GroupNorm + SiLU. Under the default policy each call runs the kernels only
+where this GPU's stored rows show them at least as fast as torch on its dtype and shape bucket, so a patch never
+makes a model slower by the rows' evidence; `force=True` runs them on every call they take."""
 
 from __future__ import annotations
 

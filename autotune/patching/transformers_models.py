@@ -8,6 +8,8 @@
   ...), gating with silu, gelu or gelu_pytorch_tanh, run the tuned gated_mlp (gate and up projections as one GEMM
   with act(g) * u in its epilogue, then the down projection) where it takes the call; `autotune.nn.GatedMLP`
   decides which calls, as it does for its own.
+- Rotary embeddings: an attention module whose forward calls its modeling module's Llama-style
+  `apply_rotary_pos_emb` has those calls routed to the tuned rope for the forward's duration (`rope_scope`).
 - Attention: a model on "sdpa" is switched, through transformers' attention-function registry
   (`AttentionInterface`, and the sdpa mask function under the same name in `AttentionMaskInterface`), to
   transformers' own sdpa function with its sdpa calls routed (`sdpa_scope.call_routed`): its
@@ -30,6 +32,7 @@ from autotune.nn.linear import GatedMLP
 from autotune.nn.routing import route, routed
 from autotune.patching import sdpa_scope
 from autotune.patching.context import PatchContext
+from autotune.patching.rope_scope import route_rope_calls
 
 ATTENTION = {"measured": "autotune", "always": "autotune_always"}
 """The names autotune's attention functions are registered under, per routing policy."""
@@ -170,6 +173,7 @@ def patch_transformers(ctx: PatchContext) -> None:
         ctx.swap_class(module, _tuned_rms_class(cls), _autotune_policy=ctx.policy)
         ctx.record(path, cls.__name__, "rms_norm")
     _patch_gated_mlps(ctx)
+    route_rope_calls(ctx)
     _route_attention(ctx)
 
 
