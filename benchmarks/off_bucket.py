@@ -48,13 +48,16 @@ DEFAULT_SHAPES = {
     "group_norm_backward": ["4x256x48x48,groups=32,activation=silu"],
     "flash_attn": ["4x16x3072x128+causal", "8x16x1536x64"],
     "flash_attn_backward": ["4x16x3072x128+causal", "8x16x1536x64"],
+    "rope": ["1x32/8x3000x128", "3x32/8x2048x128"],
+    "rope_backward": ["1x32/8x3000x128", "3x32/8x2048x128"],
 }
 """Between the buckets of the shipped rows: in a stored bucket off its timed problem (softmax 4096x6144 and
 3000x3000, matmul 3072^3, linear, attention), or in a bucket with no row, served by the nearest (the norms'
 backwards, mlp). mlp at n=2048 has one valid config, two_pass (fused would recompute its first product 16 times):
 there its two GEMMs are linear's, and linear's 4096x2048x8192 and 4096x8192x2048 are those two; at n=512 fused
 configs compete. gated_mlp and gated_mlp_backward: Llama 2 7B's MLP (intermediate 11008) in the bucket of Llama 3's
-at 4096 tokens, and Llama 3's at 6144 tokens in the bucket of its 8192."""
+at 4096 tokens, and Llama 3's at 6144 tokens in the bucket of its 8192. rope and rope_backward: 3000 positions in
+the bucket of 4096, and 6144 rows (3 x 2048) in that of the 4 x 2048 preset."""
 
 
 def table(result: dict) -> str:

@@ -169,5 +169,5 @@ def test_backward_leaves_out_what_launches_one_config_and_refuses_kernels_withou
     refused = bench("vector_add", "--backward")
     assert refused.exit_code != 0 and "vector_add has no backward kernel to time" in refused.output
     assert "Traceback" not in refused.output and "[1/" not in refused.output
-    with pytest.raises(ValueError, match="group_norm, layer_norm, rms_norm, softmax"):
+    with pytest.raises(ValueError, match="group_norm, layer_norm, rms_norm, rope, softmax"):
         report.backward_spec("matmul")
