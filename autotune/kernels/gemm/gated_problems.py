@@ -67,7 +67,9 @@ def gated_problems_for_config(config: Config, dtype: str, max_numel: int) -> st.
         return gated_problems(max_numel)
 
     def with_n(mkh: list[int]) -> st.SearchStrategy[list[int]]:
-        return _size(max(1, min(max_numel // 32, most // mkh[2]))).map(lambda n: [*mkh, n])
+        # n bounds both the down projection's weight (n, h) and the output (m, n): their float64 references and the
+        # gate's comparison take several copies of each, so an unbounded m * n fills a GPU's memory.
+        return _size(max(1, min(max_numel // 32, most // max(mkh[0], mkh[2])))).map(lambda n: [*mkh, n])
 
     dims = st.sampled_from(classes).flatmap(lambda c: _dims_in_classes(c, most, macs)).flatmap(with_n)
     return gated_problems(max_numel, dims=dims)
