@@ -393,8 +393,20 @@ def verify(
 
 
 def exception_summary(exc: BaseException) -> str:
-    """'TypeName: first line of the message', as a failure records an exception."""
-    return f"{type(exc).__name__}: {_first_line(exc)}"
+    """'TypeName: first line of the message', as a failure records an exception; for a group of exceptions
+    (Hypothesis's FlakyFailure: a check raised once, then passed on replay), what its first one said too."""
+    summary = f"{type(exc).__name__}: {_first_line(exc)}"
+    inner = root_exception(exc)
+    return summary if inner is exc else f"{summary} (first: {type(inner).__name__}: {_first_line(inner)})"
+
+
+def root_exception(exc: BaseException) -> BaseException:
+    """The first exception inside exc where exc groups several (Hypothesis's FlakyFailure), else exc itself."""
+    inner = getattr(exc, "exceptions", None)  # an exception group (Python 3.11's, or the exceptiongroup backport)
+    while isinstance(inner, (list, tuple)) and inner and isinstance(inner[0], BaseException):
+        exc = inner[0]
+        inner = getattr(exc, "exceptions", None)
+    return exc
 
 
 def _first_line(exc: BaseException) -> str:

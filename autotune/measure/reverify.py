@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from autotune import gpu, runtime
 from autotune.db import BestRow, ConfigStore
 from autotune.engine.precompile import CompilePool, default_workers, importable_name
-from autotune.gate.verify import exception_summary, verify
+from autotune.gate.verify import exception_summary, root_exception, verify
 from autotune.runtime import registry
 from autotune.spec import KernelSpec, dtype_from_name
 
@@ -200,8 +200,8 @@ def _reverify_row(
 
 
 def _raised_at(exc: BaseException) -> str:
-    """' (at file.py:line in function)': where exc was raised, for a report of one line."""
-    frames = traceback.extract_tb(exc.__traceback__)
+    """' (at file.py:line in function)': where exc (the first of a group) was raised, for a report of one line."""
+    frames = traceback.extract_tb(root_exception(exc).__traceback__)
     if not frames:
         return ""
     last = frames[-1]
