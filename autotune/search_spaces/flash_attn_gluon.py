@@ -49,7 +49,10 @@ PARAMS = (
     Param("PINGPONG", (False, True)),
     Param("CONSUMER_REGISTERS", (232, 240)),
 )
-"""The forward space's parameters since the Gluon engine (232 registers suit one consumer, 240 two)."""
+"""The forward space's parameters since the Gluon engine."""
+CONSUMER_REGISTERS = {1: 232, 2: 240}
+"""The registers a consumer asks for, by their count: the most that leave the first consumer as many
+(`register_split`)."""
 TRITON: Config = {"engine": "triton", "NUM_CONSUMERS": 1, "PINGPONG": False, "CONSUMER_REGISTERS": 232}
 """The Gluon-only parameters of every Triton config: what the configs stored before the engine existed meant."""
 GLUON_FIXED: Config = {"num_warps": 4, "mask": "edges", "kv_load": "pointer", "KV_SPLITS": 1, "gqa": "per_head",
@@ -178,16 +181,21 @@ def triton_only(constraint: Callable[[Config, Problem], str | None]) -> Callable
 
 def suggest(trial, draw, choices: dict[str, list], stages: list) -> Config:
     """A Gluon config drawn from an Optuna trial: tiles and stages from the Triton engine's choices (one
-    distribution per name in a study; the constraints reject what the kernel cannot take), its own parameters."""
+    distribution per name in a study; the constraints reject what the kernel cannot take), its consumers (ping-pong
+    drawn only for two; the registers each count of them takes)."""
+    count = draw("NUM_CONSUMERS", [1, 2])
+    consumers = {
+        "NUM_CONSUMERS": count,
+        "PINGPONG": count == 2 and draw("PINGPONG", [False, True]),
+        "CONSUMER_REGISTERS": CONSUMER_REGISTERS[count],
+    }
     return {
         **GLUON_FIXED,
         "BLOCK_M": draw("BLOCK_M", choices["BLOCK_M"]),
         "BLOCK_N": draw("BLOCK_N", choices["BLOCK_N"]),
         "num_stages": draw("num_stages", stages),
         "engine": "gluon",
-        "NUM_CONSUMERS": draw("NUM_CONSUMERS", [1, 2]),
-        "PINGPONG": draw("PINGPONG", [False, True]),
-        "CONSUMER_REGISTERS": draw("CONSUMER_REGISTERS", [232, 240]),
+        **consumers,
     }
 
 
