@@ -43,28 +43,46 @@ class EarlierSpace:
     """An earlier version of a kernel that its spec extends (`KernelSpec.extends`): the `sources` it had, in the
     order it listed them (the same function objects the spec lists now, so editing one changes this version's hash
     too), and its parameters' values then, in the space's order. Rows stored under its hash stay current wherever
-    their config lies in it: the code they were measured and verified with is still there, unchanged."""
+    their config lies in it: the code they were measured and verified with is still there, unchanged.
+
+    `new`: the parameters the space gained since, each with the one value the earlier configs meant (the engine
+    they ran on, say): configs stored then lack those keys, and read as having those values (`complete`)."""
 
     sources: Sequence[Any]
     params: Mapping[str, Sequence[Any]]
+    new: Mapping[str, Any] = field(default_factory=dict)
 
     @classmethod
-    def before(cls, space: SearchSpace, sources: Sequence[Any], **values: Sequence[Any]) -> EarlierSpace:
+    def before(
+        cls, space: SearchSpace, sources: Sequence[Any], new: Mapping[str, Any] | None = None, **values: Sequence[Any]
+    ) -> EarlierSpace:
         """space's parameters as they were before values were added: those named take the given values (the
-        `variant` list before the new variant, say), the others their values now."""
-        unknown = sorted(set(values) - set(space.names))
+        `variant` list before the new variant, say), those in `new` did not exist yet (their value there is what
+        the earlier configs meant), the others had their values now."""
+        new = dict(new or {})
+        unknown = sorted((set(values) | set(new)) - set(space.names))
         if unknown:
             raise ValueError(f"EarlierSpace.before: {unknown} are not parameters of the space; expected {space.names}")
-        return cls(tuple(sources), {p.name: tuple(values.get(p.name, p.values)) for p in space.params})
+        both = sorted(set(values) & set(new))
+        if both:
+            raise ValueError(f"EarlierSpace.before: {both} are new (one earlier value each), not given values too")
+        params = {p.name: tuple(values.get(p.name, p.values)) for p in space.params if p.name not in new}
+        return cls(tuple(sources), params, new)
 
     @functools.cached_property
     def source_hash(self) -> str:
-        """The hash the spec had with these sources and parameters (`_source_hash` of that earlier spec)."""
+        """The hash the spec had with these sources and parameters (`_source_hash` of that earlier spec, whose
+        space had no `new` parameters)."""
         return _hash_of(self.sources, [(name, tuple(values)) for name, values in self.params.items()])
 
+    def complete(self, config: Mapping[str, Any]) -> dict[str, Any]:
+        """config as the space now reads it: the parameters new since set to their earlier values where absent."""
+        return {**config, **{name: value for name, value in self.new.items() if name not in config}}
+
     def holds(self, config: Mapping[str, Any]) -> bool:
-        """Whether this earlier space could have produced config: its parameters, each value one of theirs."""
-        return within(config, self.params)
+        """Whether this earlier space could have produced config: its parameters, each value one of theirs (the
+        new parameters absent, or at their earlier values)."""
+        return within(self.complete(config), {**self.params, **{name: (v,) for name, v in self.new.items()}})
 
 
 class StoredRow(Protocol):
@@ -180,6 +198,17 @@ class KernelSpec:
             return False
         return self.is_current(row.source_hash, config)
 
+    def current_config(self, row: StoredRow) -> dict[str, Any]:
+        """row's config as this spec's space reads it: a row of an earlier space it `extends` completed with the
+        values of the parameters new since (`EarlierSpace.complete`); else as stored. Not validated; ValueError
+        where the stored JSON is no object."""
+        config = row.config
+        if row.source_hash != self.source_hash:
+            for earlier in self.extends:
+                if earlier.source_hash == row.source_hash:
+                    return earlier.complete(config)
+        return config
+
     def current_rows(self, rows: Iterable[Row]) -> list[Row]:
         """rows that are current for this spec (`is_current`), in order, less each earlier space's row whose
         (gpu, dtype, bucket) also has a row of this source: a search of the extended space stored that one."""
@@ -243,11 +272,18 @@ def _check_earlier(spec: KernelSpec, where: str, earlier: EarlierSpace) -> None:
     strangers = [repr(getattr(s, "__name__", s)) for s in earlier.sources if not any(s is t for t in spec.sources)]
     if strangers:
         raise ValueError(f"{spec.name}: {where}.sources {strangers} are not among the spec's sources (same objects)")
-    if tuple(earlier.params) != spec.space.names:
+    strangers = sorted(set(earlier.new) - set(spec.space.names))
+    if strangers:
+        raise ValueError(f"{spec.name}: {where}.new names {strangers}, not parameters of the space {spec.space.names}")
+    names = tuple(n for n in spec.space.names if n not in earlier.new)
+    if tuple(earlier.params) != names:
         raise ValueError(
-            f"{spec.name}: {where}.params names {list(earlier.params)}; expected the space's {list(spec.space.names)}"
+            f"{spec.name}: {where}.params names {list(earlier.params)}; expected the space's {list(names)}"
         )
     now = {p.name: p.values for p in spec.space.params}
+    for name, value in earlier.new.items():
+        if not within({name: value}, {name: now[name]}):
+            raise ValueError(f"{spec.name}: {where}.new[{name!r}] is {value!r}, not a value of the space now")
     for name, values in earlier.params.items():
         extra = [v for v in values if not within({name: v}, {name: now[name]})]
         if extra:

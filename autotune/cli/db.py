@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import sys
 
 import click
@@ -64,7 +66,7 @@ def _export_portable(
     require_database(db_url)
     with open_store(db_url, readonly=True) as store:
         found = store.best_rows(kernel=spec.name, gpu=gpu_name, source_hash=spec.current_hashes)
-        rows = spec.current_rows(r for r in found if not r.flagged)
+        rows = [_as_served(spec, r) for r in spec.current_rows(r for r in found if not r.flagged)]
     if not rows:
         raise click.ClickException(f"no rows of {spec.name} on {gpu_name} tuned for its current source to export")
     try:
@@ -79,6 +81,13 @@ def _export_portable(
     except FileExistsError:
         raise click.ClickException(f"{output} exists; choose a new file") from None
     click.echo(f"exported {len(rows)} config(s) of {spec.name} on {gpu_name} to {output} ({fmt})")
+
+
+def _as_served(spec, row):
+    """row with its config as the runtime serves it: an earlier space's row completed (`current_config`)."""
+    if row.source_hash == spec.source_hash:
+        return row
+    return dataclasses.replace(row, config_json=json.dumps(spec.current_config(row)))
 
 
 def _tuned_for_current_source(row) -> bool:

@@ -164,7 +164,7 @@ def conclude(
         set()
         if store is None
         else {
-            config_key(row.config)
+            config_key(spec.current_config(row))
             for row in store.best_rows(
                 kernel=spec.name,
                 source_hash=spec.current_hashes,

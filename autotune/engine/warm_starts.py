@@ -84,7 +84,7 @@ def cold_starts(spec: KernelSpec, problem: Problem) -> list[Config]:
 def _stored_config(spec: KernelSpec, row: BestRow) -> Config | None:
     """row's config if it belongs to spec's space; None for a corrupt row or one from a space without it."""
     try:
-        return spec.space.validate(row.config)
+        return spec.space.validate(spec.current_config(row))
     except ValueError:
         return None
 

@@ -138,7 +138,7 @@ def _reverify_row(
     if not spec.row_is_current(row):
         return skipped(f"tuned for another source of {spec.name} ({row.source_hash}): the runtime ignores it")
     try:
-        config = spec.space.validate(row.config)
+        config = spec.space.validate(spec.current_config(row))
     except ValueError as exc:  # InvalidConfig, or JSON that is no object
         return skipped(f"config not in {spec.name}'s space (the runtime ignores it): {exc}")
     problem = row.problem

@@ -45,7 +45,7 @@ def misfit(spec: KernelSpec, row: BestRow, here: DeviceLimits) -> str | None:
     """Why a row's config cannot run on this device (the kernel's own estimate of what it needs on the row's
     problem), or None when it fits."""
     try:
-        config, problem = row.config, spec.problem_for(row.problem, dtype_from_name(row.dtype))
+        config, problem = spec.current_config(row), spec.problem_for(row.problem, dtype_from_name(row.dtype))
         needs = spec.resources(config, problem) if spec.resources else Resources()
     except Exception as exc:  # a row that cannot be judged is not served on a device it was not tuned for
         return f"cannot estimate what it needs ({type(exc).__name__}: {exc})"

@@ -166,7 +166,7 @@ class TunedConfigs:
                     ignored.append(f"bucket {row.bucket}: tuned for another kernel source ({row.source_hash})")
                 continue
             try:
-                config = self.spec.space.validate(row.config)
+                config = self.spec.space.validate(self.spec.current_config(row))
             except (ValueError, InvalidConfig) as exc:
                 ignored.append(f"bucket {row.bucket}: {exc}")
                 continue

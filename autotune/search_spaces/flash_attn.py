@@ -1,7 +1,8 @@
 """flash_attn: the forward tiles queries by BLOCK_M and streams keys by BLOCK_N; variants mask only the
 blocks an edge crosses or every block, load K/V through pointers or tensor descriptors (TMA on Hopper),
 split the key range over KV_SPLITS programs (decode), pack a GQA group's query heads into one tile, and
-round P to the input dtype for P @ V (FlashAttention's way) or split it into two half operands.
+round P to the input dtype for P @ V (FlashAttention's way) or split it into two half operands; on a Hopper
+GPU the forward may run the Gluon kernel instead (engine="gluon": search_spaces/flash_attn_gluon.py).
 The backward holds BLOCK_N keys and streams BLOCK_M queries (dk, dv), and gets dq from a query-side kernel
 (roles swapped: BLOCK_N queries held, BLOCK_M keys streamed) or from atomics; delta = rowsum(P * dP) comes
 from the output (rowsum(dO * O)) or is recomputed by the query-side kernel.
@@ -18,6 +19,7 @@ import triton.language as tl
 
 from autotune import gpu
 from autotune.device_limits import Resources
+from autotune.search_spaces import flash_attn_gluon as gluon
 from autotune.space import Config, Param, Problem, SearchSpace, next_pow2, powers_of_two
 
 MAX_HEAD_DIM = 256
@@ -65,6 +67,7 @@ FORWARD_DEFAULT: Config = {
     "KV_SPLITS": 1,
     "gqa": "per_head",
     "p": "split",
+    **gluon.TRITON,
 }
 """The forward fallback: small tiles, not pipelined, that fit every head dim and dtype (float32 inputs
 compute in float64: at head dim 256 their tiles take 8 KB a row), and P split in two half operands of
@@ -147,6 +150,9 @@ def forward_shared_memory(c: Config, p: Problem) -> int:
 
 def forward_resources(c: Config, p: Problem) -> Resources:
     """What a forward config needs of a device (a GPU served another GPU's rows checks it)."""
+    if c.get("engine") == "gluon":
+        used = gluon.shared_memory_bytes(gluon.kernel_config(c), dims(p)[5])
+        return Resources(shared_memory=used, tma=True)
     return Resources(
         shared_memory=forward_shared_memory(c, p) + SHARED_MEMORY_RESERVED, tma=c["kv_load"] == "descriptor"
     )
@@ -226,6 +232,7 @@ def _forward_choices(problem: Problem) -> dict[str, list]:
         "gqa": ["per_head", "packed"] if group > 1 else ["per_head"],
         "KV_SPLITS": splits if fewest_programs < SPLIT_MAX_PROGRAMS else [1],
         "kv_load": ["pointer", "descriptor"] if descriptors_supported() else ["pointer"],
+        "engine": list(gluon.ENGINES) if gluon.runs_on(problem) else ["triton"],
     }
 
 
@@ -237,7 +244,8 @@ searched without them had settled 6-20% slower."""
 
 def _forward_starts(p: Problem) -> list[Config]:
     """The start tiles for a half-precision problem's head dim, with K/V through descriptors, masks on edge blocks,
-    P rounded, no key split, heads one per program; none for float32 (computed in float64: other tiles fit)."""
+    P rounded, no key split, heads one per program; none for float32 (computed in float64: other tiles fit); then
+    the Gluon engine's, where it runs."""
     if p.get("dtype") == "fp32":
         return []
     d = dims(p)[5]
@@ -253,9 +261,10 @@ def _forward_starts(p: Problem) -> list[Config]:
             "KV_SPLITS": 1,
             "gqa": "per_head",
             "p": "rounded",
+            **gluon.TRITON,
         }
         for m, n, w, st in tiles
-    ]
+    ] + gluon.starts(p)
 
 
 def _suggest_forward(trial, problem: Problem) -> Config:
@@ -264,7 +273,10 @@ def _suggest_forward(trial, problem: Problem) -> Config:
     def draw(name: str, values: list):
         return trial.suggest_categorical(name, values) if len(values) > 1 else values[0]
 
+    if draw("engine", choices["engine"]) == "gluon":
+        return gluon.suggest(trial, draw, choices, list(STAGES))
     return {
+        **gluon.TRITON,
         "BLOCK_M": draw("BLOCK_M", choices["BLOCK_M"]),
         "BLOCK_N": draw("BLOCK_N", choices["BLOCK_N"]),
         "num_warps": draw("num_warps", list(WARPS)),
@@ -288,17 +300,25 @@ FORWARD_SPACE = SearchSpace(
         Param("KV_SPLITS", KV_SPLITS),
         Param("gqa", ("per_head", "packed")),
         Param("p", ("rounded", "split")),
+        *gluon.PARAMS,  # since the Gluon engine: the kernel's SPEC `extends` the space without them
     ),
     default=FORWARD_DEFAULT,
     constraints=(
-        _descriptors_where_supported,
-        _pack_only_grouped_heads,
-        _blocks_fit_problem,
-        _forward_fits_shared_memory,
-        _forward_fits_registers,
-        _no_idle_warps,
-        _split_only_where_programs_are_few,
-        _stages_need_a_loop,
+        gluon.engine_fixes_the_others,
+        gluon.gluon_where_it_runs,
+        *map(
+            gluon.triton_only,
+            (
+                _descriptors_where_supported,
+                _pack_only_grouped_heads,
+                _blocks_fit_problem,
+                _forward_fits_shared_memory,
+                _forward_fits_registers,
+                _no_idle_warps,
+                _split_only_where_programs_are_few,
+                _stages_need_a_loop,
+            ),
+        ),
     ),
     suggest_fn=_suggest_forward,
     starts_fn=_forward_starts,

@@ -27,7 +27,7 @@ def row_refusal(row: BestRow, specs: Mapping[str, KernelSpec] | None = None) -> 
     except ValueError as exc:
         return str(exc)
     try:
-        config = spec.space.validate(row.config)
+        config = spec.space.validate(spec.current_config(row))
         problem = row.problem
     except ValueError as exc:  # InvalidConfig, or JSON that is no object
         return f"config {row.config_json} is not in {spec.name}'s space: {exc}"

@@ -19,6 +19,7 @@ import triton.language as tl
 
 from autotune import gpu, runtime
 from autotune.kernels.attention import flash_attn_backward as backward_
+from autotune.kernels.attention import hopper_forward as gluon_
 from autotune.kernels.attention import problems as problems_
 from autotune.kernels.attention import reference as math_
 from autotune.kernels.attention.tiles import (
@@ -38,8 +39,9 @@ from autotune.kernels.common import checks as _checks
 from autotune.kernels.common import second_order as _second_order
 from autotune.kernels.common.grid import cdiv
 from autotune.kernels.common.rounding import round_to
+from autotune.search_spaces import flash_attn_gluon as engines
 from autotune.search_spaces.flash_attn import FORWARD_SPACE, MAX_HEAD_DIM, block_d, bucket, forward_resources
-from autotune.spec import Inputs, KernelSpec
+from autotune.spec import EarlierSpace, Inputs, KernelSpec
 
 COMBINE_ROWS = 16
 """Query rows per program of the kernel that merges key splits."""
@@ -209,6 +211,8 @@ def launch(q, k, v, o, lse, causal: bool, scale: float, config: dict) -> None:
     """Attention of q (B, Hq, Nq, D) over k, v (B, Hk, Nk, D), Hq a multiple of Hk, into o (B, Hq, Nq, D)
     and the log-sum-exp lse (B, Hq, Nq, contiguous, of compute_dtype), with one config. Unit stride along D
     is required."""
+    if config.get("engine") == "gluon":
+        return _launch_gluon(q, k, v, o, lse, causal, scale, config)
     batch, heads, nq, d = q.shape
     kv_heads, nk = k.shape[1], k.shape[2]
     if batch * heads * nq == 0:
@@ -249,6 +253,22 @@ def launch(q, k, v, o, lse, causal: bool, scale: float, config: dict) -> None:
     )
 
 
+def gluon_refuses(q, k, v, o, causal: bool, scale: float, config: dict) -> str | None:
+    """Why a config with engine="gluon" cannot run this call (hopper_forward.supported, an output it cannot
+    write through TMA), or None; always None for the Triton engine."""
+    if config.get("engine") != "gluon":
+        return None
+    if not o.is_contiguous():
+        return "the Gluon kernel writes a contiguous output"
+    return gluon_.supported(q, k, v, causal, scale, engines.kernel_config(config))
+
+
+def _launch_gluon(q, k, v, o, lse, causal: bool, scale: float, config: dict) -> None:
+    if (reason := gluon_refuses(q, k, v, o, causal, scale, config)) is not None:
+        raise ValueError(f"flash_attn: engine=gluon cannot run this call: {reason}")
+    gluon_.launch(q, k, v, o, lse, causal, scale, engines.kernel_config(config))  # o and natural-log lse, as ours
+
+
 def _launch_spec(inputs: Inputs, config: dict, out):
     o, lse = out
     q, k, v = (unit_stride(inputs[n]) for n in ("q", "k", "v"))
@@ -260,6 +280,10 @@ def _public(inputs: Inputs):
     return flash_attn(inputs["q"], inputs["k"], inputs["v"], is_causal=inputs["is_causal"], scale=inputs["scale"],
                       enable_gqa=inputs["enable_gqa"])
 
+
+TRITON_SOURCES = (round_to, scalar, widen, exp_, mma, load_rows, key_blocks, score_multiplier, _fwd_step,
+                  _attn_fwd_kernel, _combine_splits_kernel, COMBINE_ROWS)
+"""The Triton forward's sources: the spec's before the Gluon engine."""
 
 SPEC = KernelSpec(
     name="flash_attn",
@@ -274,8 +298,10 @@ SPEC = KernelSpec(
     presets=problems_.PRESETS,
     interpreter_presets=problems_.INTERPRETER_PRESETS,
     parse_shape=problems_.parse_shape,
-    sources=(round_to, scalar, widen, exp_, mma, load_rows, key_blocks, score_multiplier, _fwd_step, _attn_fwd_kernel,
-             _combine_splits_kernel, COMBINE_ROWS),
+    sources=(*TRITON_SOURCES, gluon_._softmax_block, gluon_._take_turn, gluon_._give_turn, gluon_._consumer,
+             gluon_._loader, gluon_._attn_fwd_kernel),
+    # The rows tuned before the Gluon engine: the Triton kernels alone, configs without the engine's parameters.
+    extends=(EarlierSpace.before(FORWARD_SPACE, TRITON_SOURCES, new=engines.TRITON),),
     bound="compute",
     dtype_in_problem=True,  # float32 tiles take twice the room (see the space)
     description="attention (sdpa semantics: causal, scale, GQA) with an online softmax: o and the log-sum-exp",
@@ -298,6 +324,8 @@ def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, sca
         key = (batch, heads, kv_heads, nq, nk, d, causal)
         problem = lambda: problems_.problem(batch, heads, nq, d, kv_heads=kv_heads, nk=nk, causal=causal)  # noqa: E731
         config = _TUNED.lookup(q.dtype, key, lambda: bucket(problem()), problem)
+        if gluon_refuses(q, k, v, o, causal, scale, config) is not None:  # a view TMA cannot read: the fallback
+            config = dict(FORWARD_SPACE.default)
         runtime.note_launch("flash_attn", config)
     else:
         config = dict(FORWARD_SPACE.default)  # nothing to compute: launch() fills or skips

@@ -7,9 +7,9 @@ softmax runs while the other's matmuls do. Only blocks a causal diagonal or the 
 
 Same results as flash_attn's forward for half inputs: o (B, H, Nq, D) and the natural log-sum-exp (B, H, Nq,
 float32), causal masks aligned top-left as sdpa's (query i sees keys 0..i), GQA (H a multiple of Hkv).
-Written against Triton 3.6's Gluon (`triton.experimental.gluon`, whose API changes between releases): not
-yet registered as a flash_attn variant nor searched, pending its check on an H100
-(benchmarks/hopper_attention_probe.py). `supported` says why a call cannot run here; importing this module
+Written against Triton 3.6's Gluon (`triton.experimental.gluon`, whose API changes between releases). flash_attn's
+forward runs it for configs with engine="gluon" (autotune/search_spaces/flash_attn_gluon.py: the variant's
+parameters, constraints and config facts). `supported` says why a call cannot run here; importing this module
 never fails.
 """
 
@@ -22,6 +22,17 @@ import triton
 
 from autotune import gpu
 from autotune.kernels.common.grid import cdiv
+from autotune.search_spaces.flash_attn_gluon import (  # noqa: F401 (the kernel's config facts, used by its callers)
+    BARRIER_BYTES,
+    CHOICES,
+    GLUON_TRITON,
+    HEAD_DIMS,
+    LOADER_REGISTERS,
+    SHARED_MEMORY_BYTES,
+    config_problem,
+    register_split,
+    shared_memory_bytes,
+)
 
 try:
     from triton.experimental import gluon
@@ -43,31 +54,12 @@ except ImportError as error:  # an older Triton, or one built without Gluon
     def _jit(fn=None, **options):  # the kernels below are then never compiled
         return fn if fn is not None else (lambda f: f)
 
-GLUON_TRITON = "3.6."
-"""The Triton release whose Gluon API these kernels are written against (warp_specialize's signature, the
-wgmma and TMA builtins): other releases are refused, not guessed at."""
-HEAD_DIMS = (64, 128)
-DTYPES = (torch.bfloat16, torch.float16)
-SHARED_MEMORY_BYTES = 227 * 1024
-"""Shared memory one H100 program may opt into."""
-BARRIER_BYTES = 1024
-"""Shared memory kept for the mbarriers and alignment, beyond the tiles."""
-LOADER_REGISTERS = 24
-"""Registers a thread of the TMA warp keeps (the least setmaxnreg allows); the consumers get the rest."""
 LOG2E = 1.4426950408889634
+DTYPES = (torch.bfloat16, torch.float16)
 
 DEFAULT_CONFIG = {"BLOCK_M": 64, "BLOCK_N": 128, "NUM_STAGES": 2, "NUM_CONSUMERS": 2, "PINGPONG": True,
                   "CONSUMER_REGISTERS": 240}
 """FlashAttention-3's shape for head dim 128: two consumer warpgroups of 64 query rows, 128-key blocks."""
-CHOICES = {
-    "BLOCK_M": (64, 128),
-    "BLOCK_N": (64, 128, 256),
-    "NUM_STAGES": (1, 2, 3, 4),
-    "NUM_CONSUMERS": (1, 2),
-    "PINGPONG": (False, True),
-    "CONSUMER_REGISTERS": (192, 200, 216, 232, 240),
-}
-"""What each config key may be (BLOCK_M counts one consumer warpgroup's query rows)."""
 
 
 @_jit
@@ -290,45 +282,6 @@ def _attn_fwd_kernel(q_desc, k_desc, v_desc, o_desc, lse_ptr, n_heads, group, nq
             (_loader, (k_desc, v_desc, k_bufs, v_bufs, k_ready, k_empty, v_ready, v_empty, b, kv_head, n_loaded,
                        BLOCK_N, NUM_STAGES)),
         ], [4, 1], [CONSUMER_REGISTERS, 24])
-
-
-def register_split(num_consumers: int, consumer_registers: int) -> tuple[int, int]:
-    """(maxnreg to launch with, registers the first consumer gets) when the other consumer asks for
-    consumer_registers and the loader for LOADER_REGISTERS: Triton 3.6 hands the default partition (the first
-    consumer) what is left of maxnreg times the warpgroups (the loader's warp is padded to one), rounded
-    down to 8, as its AllocateWarpGroups pass computes it."""
-    groups = num_consumers + 1
-    maxnreg = (num_consumers * consumer_registers + LOADER_REGISTERS) // groups // 8 * 8
-    left = maxnreg * groups - (num_consumers - 1) * consumer_registers - LOADER_REGISTERS
-    return maxnreg, left // 8 * 8
-
-
-def shared_memory_bytes(config: dict, head_dim: int, element_size: int = 2) -> int:
-    """Shared memory one program takes: a Q tile per consumer (reused for its output), the K/V ring, barriers."""
-    q = config["NUM_CONSUMERS"] * config["BLOCK_M"] * head_dim
-    kv = 2 * config["NUM_STAGES"] * config["BLOCK_N"] * head_dim
-    return (q + kv) * element_size + BARRIER_BYTES
-
-
-def config_problem(config: dict, head_dim: int) -> str | None:
-    """Why config cannot run at head_dim (a key missing or out of CHOICES, a register split that shortchanges
-    the first consumer, tiles over the shared memory), or None."""
-    for key, choices in CHOICES.items():
-        if config.get(key) not in choices:
-            return f"config[{key!r}] must be one of {choices}, got {config.get(key)!r}"
-    consumers = config["NUM_CONSUMERS"]
-    if config["PINGPONG"] and consumers != 2:
-        return "PINGPONG takes turns between two consumers: it needs NUM_CONSUMERS=2"
-    registers = config["CONSUMER_REGISTERS"]
-    _, first = register_split(consumers, registers)
-    if first != registers:
-        fits = [r for r in CHOICES["CONSUMER_REGISTERS"] if register_split(consumers, r)[1] == r]
-        return (f"CONSUMER_REGISTERS={registers} with {consumers} consumer(s) leaves the first consumer {first} "
-                f"registers; choose one of {fits}")
-    used = shared_memory_bytes(config, head_dim)
-    if used > SHARED_MEMORY_BYTES:
-        return f"the tiles take {used} bytes of shared memory, over the {SHARED_MEMORY_BYTES} a program may use"
-    return None
 
 
 def _tma_problem(name: str, t: torch.Tensor) -> str | None:
