@@ -9,16 +9,7 @@ import json
 import pytest
 import torch
 from click.testing import CliRunner
-
-from autotune import gpu
-from autotune.cli import main
-from autotune.db import ConfigStore
-from autotune.engine.plan import row_key
-from autotune.engine.warm_starts import warm_starts
-from autotune.measure.reverify import reverify_rows
-from autotune.space import Param, SearchSpace
-from autotune.spec import EarlierSpace
-from tests.test_a_variant_added_keeps_the_rows_of_the_space_it_extends import (
+from test_a_variant_added_keeps_the_rows_of_the_space_it_extends import (
     EARLIER,
     TUNED_BEFORE,
     N,
@@ -32,6 +23,15 @@ from tests.test_a_variant_added_keeps_the_rows_of_the_space_it_extends import (
     spec_of,
     vector_add,
 )
+
+from autotune import gpu
+from autotune.cli import main
+from autotune.db import ConfigStore
+from autotune.engine.plan import row_key
+from autotune.engine.warm_starts import warm_starts
+from autotune.measure.reverify import reverify_rows
+from autotune.space import Param, SearchSpace
+from autotune.spec import EarlierSpace
 
 
 def space_with_unroll(variants: tuple[str, ...]) -> SearchSpace:
