@@ -13,17 +13,15 @@ program takes), "registers" (the launch's per-thread limit, as ptxas reports it)
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import re
 import subprocess
-import sys
 import tempfile
 import time
 import warnings
 
-from hopper_compile import CompileOnlyHopperDriver, describe
+from hopper_compile import compile_with_given_triton, describe
 
 TWO = {"BLOCK_M": 64, "BLOCK_N": 128, "NUM_STAGES": 2, "NUM_CONSUMERS": 2, "PINGPONG": True, "CONSUMER_REGISTERS": 240}
 ONE = {"BLOCK_M": 64, "BLOCK_N": 64, "NUM_STAGES": 3, "NUM_CONSUMERS": 1, "PINGPONG": False, "CONSUMER_REGISTERS": 232}
@@ -90,17 +88,7 @@ def compile_cases() -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("triton_dir", help="a directory holding the Triton package to compile with")
-    triton_dir = parser.parse_args().triton_dir
-    sys.path.insert(0, triton_dir)
-    os.environ.pop("TRITON_INTERPRET", None)  # under the interpreter nothing would be compiled
-    import triton
-    from triton.runtime import driver
-
-    driver.set_active(CompileOnlyHopperDriver())
-    print(json.dumps({"triton": triton.__version__, "path": os.path.dirname(triton.__file__)}), flush=True)
-    compile_cases()
+    compile_with_given_triton(__doc__.splitlines()[0], compile_cases)
 
 
 if __name__ == "__main__":

@@ -159,8 +159,10 @@ def compile_defaults() -> None:
             print(json.dumps(result), flush=True)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def compile_with_given_triton(description: str, compile_all) -> None:
+    """The command line of a compile script: import the Triton of its TRITON_DIR argument, make the stand-in Hopper
+    driver active, print which Triton it is (a JSON line), then run compile_all."""
+    parser = argparse.ArgumentParser(description=description)
     parser.add_argument("triton_dir", help="a directory holding the Triton package to compile with")
     triton_dir = parser.parse_args().triton_dir
     sys.path.insert(0, triton_dir)
@@ -170,7 +172,11 @@ def main() -> None:
 
     driver.set_active(CompileOnlyHopperDriver())
     print(json.dumps({"triton": triton.__version__, "path": os.path.dirname(triton.__file__)}), flush=True)
-    compile_defaults()
+    compile_all()
+
+
+def main() -> None:
+    compile_with_given_triton(__doc__.splitlines()[0], compile_defaults)
 
 
 if __name__ == "__main__":

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from autotune.device_limits import Resources
 from autotune.search_spaces.matmul import (
+    _GRID_VARIANT,
     BLOCKS_K,
     BLOCKS_MN,
     GROUPS,
@@ -24,6 +25,7 @@ from autotune.search_spaces.matmul import (
     STAGES,
     VARIANTS,
     WARPS,
+    _nearest,
     _no_idle_warps,
     _variant_available,
     hardware,
@@ -155,17 +157,6 @@ CONSTRAINTS = (
 )
 
 
-def _repaired(config: Config, name: str, values: tuple[int, ...], p: Problem, checks) -> Config:
-    """config with `name` moved to the value nearest the drawn one (the smaller on a tie) that `checks` pass;
-    unchanged where none does (the constraints then reject it)."""
-    drawn = values.index(config[name])
-    for value in sorted(values, key=lambda v: (abs(values.index(v) - drawn), v)):
-        moved = {**config, name: value}
-        if all(check(moved, p) is None for check in checks):
-            return moved
-    return config
-
-
 _REPAIRS = (
     ("num_warps", WARPS, (_fits_registers, _no_idle_warps)),
     ("num_stages", STAGES, (_fits_shared_memory, _stages_have_loads)),
@@ -184,9 +175,6 @@ def _fitting_tile(config: Config, p: Problem) -> Config:
             break
         config = {**config, name: config[name] // 2}
     return config
-
-
-_GRID_VARIANT = {"persistent": "tiled", "tma_persistent": "tma"}
 
 
 def _suggest(trial, problem: Problem) -> Config:
@@ -219,7 +207,7 @@ def _suggest(trial, problem: Problem) -> Config:
     if _persistent_has_tiles_to_share(config, problem):
         config["variant"] = _GRID_VARIANT[config["variant"]]
     for name, values, checks in _REPAIRS:
-        config = _repaired(config, name, values, problem, checks)
+        config = _nearest(config, name, values, problem, checks)
     return config
 
 

@@ -8,15 +8,11 @@ three biases or none); `activation`; `values`, the scale of the operands.
 
 from __future__ import annotations
 
-import functools
-import itertools
-import json
 import math
 
 import torch
 from hypothesis import strategies as st
 
-from autotune.gate.strategies import class_floor
 from autotune.identity import config_key
 from autotune.kernels.gemm.gemm import ACTIVATIONS
 from autotune.kernels.gemm.problems import (
@@ -35,9 +31,10 @@ from autotune.kernels.gemm.problems import (
     _size,
     _weight,
     _x,
+    class_finder,
 )
 from autotune.search_spaces.gated_mlp import SPACE
-from autotune.space import Config, next_pow2
+from autotune.space import Config
 from autotune.spec import Cost
 
 DEFAULT_ACTIVATION = "silu"
@@ -75,21 +72,8 @@ def gated_problems_for_config(config: Config, dtype: str, max_numel: int) -> st.
     return gated_problems(max_numel, dims=dims)
 
 
-@functools.lru_cache(maxsize=1024)  # a search checks each config more than once
-def _classes(config_json: str | None, dtype: str, most: int, macs: int) -> tuple[tuple[int, int, int], ...]:
-    """The (m, k, h) classes whose smallest sizes stay within the limits and, for a config (None: any), whose
-    largest it runs on."""
-    config = None if config_json is None else json.loads(config_json)
-    exponents = range(next_pow2(most).bit_length())
-    found = []
-    for em, ek, eh in itertools.product(exponents, exponents, exponents):
-        m, k, h = class_floor(em), class_floor(ek), class_floor(eh)
-        if m * k > most or k * h > most or m * h > most or m * k * h > macs:
-            continue
-        probe = {"m": 2**em, "k": 2**ek, "h": 2**eh, "n": 1, "dtype": dtype}
-        if config is None or SPACE.rejects(config, probe) is None:
-            found.append((em, ek, eh))
-    return tuple(found)
+_classes = class_finder(SPACE, lambda mkh, dtype: {"m": mkh[0], "k": mkh[1], "h": mkh[2], "n": 1, "dtype": dtype})
+"""The (m, k, h) classes for a config."""
 
 
 def gated_inputs(problem: dict, dtype: torch.dtype, device: torch.device, seed: int) -> dict:

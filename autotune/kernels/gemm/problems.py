@@ -76,21 +76,29 @@ def problems_for_config(config: Config, dtype: str, max_numel: int, problems) ->
     return problems(max_numel, dims=st.sampled_from(classes).flatmap(lambda c: _dims_in_classes(c, most, macs)))
 
 
-@functools.lru_cache(maxsize=1024)  # a search checks each config more than once
-def _classes(config_json: str | None, dtype: str, most: int, macs: int) -> tuple[tuple[int, int, int], ...]:
-    """The (m, k, n) classes whose smallest sizes stay within the limits and, for a config (None: any),
-    whose largest it runs on."""
-    config = None if config_json is None else json.loads(config_json)
-    exponents = range(next_pow2(most).bit_length())
-    found = []
-    for em, ek, en in itertools.product(exponents, exponents, exponents):
-        m, k, n = class_floor(em), class_floor(ek), class_floor(en)
-        if m * k > most or k * n > most or m * n > most or m * k * n > macs:
-            continue
-        probe = {"m": 2**em, "k": 2**ek, "n": 2**en, "batch": 0, "dtype": dtype}
-        if config is None or SPACE.rejects(config, probe) is None:
-            found.append((em, ek, en))
-    return tuple(found)
+def class_finder(space, probe):
+    """A cached `classes(config_json, dtype, most, macs)`: the (three-size) classes of exponents whose smallest sizes
+    stay within the limits (each pair's product within `most`, all three's within `macs`) and, for a config (None:
+    any), whose largest `space` lets it run on; `probe(sizes, dtype)` is the problem of a class's largest sizes."""
+
+    @functools.lru_cache(maxsize=1024)  # a search checks each config more than once
+    def classes(config_json: str | None, dtype: str, most: int, macs: int) -> tuple[tuple[int, int, int], ...]:
+        config = None if config_json is None else json.loads(config_json)
+        exponents = range(next_pow2(most).bit_length())
+        found = []
+        for es in itertools.product(exponents, exponents, exponents):
+            a, b, c = (class_floor(e) for e in es)
+            if a * b > most or b * c > most or a * c > most or a * b * c > macs:
+                continue
+            if config is None or space.rejects(config, probe([2**e for e in es], dtype)) is None:
+                found.append(es)
+        return tuple(found)
+
+    return classes
+
+
+_classes = class_finder(SPACE, lambda mkn, dtype: {"m": mkn[0], "k": mkn[1], "n": mkn[2], "batch": 0, "dtype": dtype})
+"""The (m, k, n) classes for a config."""
 
 
 def _dims_in_classes(classes: tuple[int, int, int], most: int, macs: int) -> st.SearchStrategy[list[int]]:
