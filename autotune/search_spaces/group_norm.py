@@ -3,7 +3,9 @@
 Three ways to cover a group: held whole in registers by one program ("single": one read, one write),
 streamed twice by one program ("looped": a statistics pass, then a normalize pass), or cut along H*W
 across SPLIT programs that reduce partial statistics, then normalize ("split": for few groups and huge
-H*W, where one program per group leaves SMs idle). The backward uses the same three shapes.
+H*W, where one program per group leaves SMs idle). The backward uses the same three shapes. The forward
+also streams a group twice with its first pass kept in L2 for the second ("cached": one read from memory
+where a group is too large for one program's registers but the groups in flight fit L2).
 
 Programs work on a [BLOCK_C, BLOCK_HW] tile of BLOCK elements; `tile_shape` picks it from BLOCK, the
 group's channel count and spatial size (each rounded up to a power of two) and the memory layout.
@@ -27,6 +29,13 @@ MAX_ELEMENTS_PER_THREAD = 128
 """Forward: one tile in registers (float32 for 16-bit data); past this the compiler spills to local memory."""
 MAX_ELEMENTS_PER_THREAD_BACKWARD = 64
 """Backward: x and dy tiles live together, so half as many elements fit."""
+MAX_CACHED_GROUP = 131072
+"""Largest group (elements, padded to powers of two) "cached" keeps in L2 between its passes: one such group in
+flight per SM of an H100 (132) is 35 MB of float16 in its 50 MB L2."""
+FIRST_VARIANTS = ("single", "looped", "split")
+"""The variants of both directions; the forward's space gained "cached" since (its spec `extends` the space
+without it)."""
+FORWARD_VARIANTS = (*FIRST_VARIANTS, "cached")
 
 DEFAULT: Config = {"variant": "looped", "BLOCK": 1024, "SPLIT": 1, "num_warps": 4, "num_stages": 2}
 """The fallback: looped covers a group of any size, so it runs (and is right) on every problem."""
@@ -103,6 +112,17 @@ def _block_fits_variant(c: Config, p: Problem) -> str | None:
     return None
 
 
+def _cached_tiles_a_group_that_fits_l2(c: Config, p: Problem) -> str | None:
+    if c["variant"] != "cached":
+        return None
+    whole = group_block(p)
+    if c["BLOCK"] >= whole:
+        return "cached with a block that holds the whole group: single reads it once from registers instead"
+    if whole > MAX_CACHED_GROUP:
+        return f"cached keeps groups of at most {MAX_CACHED_GROUP} elements in L2 between its passes"
+    return None
+
+
 def _single_has_no_loop(c: Config, p: Problem) -> str | None:
     if c["variant"] == "single" and c["num_stages"] != 1:
         return "single has no loop to pipeline: num_stages must be 1"
@@ -125,9 +145,9 @@ def _no_idle_warps(c: Config, p: Problem) -> str | None:
     return None
 
 
-def _suggest(trial, problem: Problem) -> Config:
+def _suggest(trial, problem: Problem, variants: tuple[str, ...] = FORWARD_VARIANTS) -> Config:
     """Variant first; single's block and stages follow from the group, so only the others draw them."""
-    variant = trial.suggest_categorical("variant", ["single", "looped", "split"])
+    variant = trial.suggest_categorical("variant", list(variants))
     warps = trial.suggest_categorical("num_warps", list(WARPS))
     if variant == "single":
         # A group past the largest block gets the largest, which the constraints then reject.
@@ -144,12 +164,11 @@ def _suggest(trial, problem: Problem) -> Config:
 
 
 def _suggest_backward(trial, problem: Problem) -> Config:
-    config = _suggest(trial, problem)
+    config = _suggest(trial, problem, FIRST_VARIANTS)
     return {**config, "REDUCE": trial.suggest_categorical("REDUCE", ["partials", "atomic"])}
 
 
 _PARAMS = (
-    Param("variant", ("single", "looped", "split")),
     Param("BLOCK", powers_of_two(MIN_BLOCK, MAX_BLOCK)),
     Param("SPLIT", SPLITS),
     Param("num_warps", WARPS),
@@ -158,14 +177,14 @@ _PARAMS = (
 _CONSTRAINTS = (_split_matches_variant, _block_fits_variant, _single_has_no_loop, _no_idle_warps)
 
 SPACE = SearchSpace(
-    params=_PARAMS,
+    params=(Param("variant", FORWARD_VARIANTS), *_PARAMS),
     default=DEFAULT,
-    constraints=(*_CONSTRAINTS, _fits_in_registers(MAX_ELEMENTS_PER_THREAD)),
+    constraints=(*_CONSTRAINTS, _cached_tiles_a_group_that_fits_l2, _fits_in_registers(MAX_ELEMENTS_PER_THREAD)),
     suggest_fn=_suggest,
 )
 
 BACKWARD_SPACE = SearchSpace(
-    params=(*_PARAMS, Param("REDUCE", ("partials", "atomic"))),
+    params=(Param("variant", FIRST_VARIANTS), *_PARAMS, Param("REDUCE", ("partials", "atomic"))),
     default=BACKWARD_DEFAULT,
     constraints=(*_CONSTRAINTS, _fits_in_registers(MAX_ELEMENTS_PER_THREAD_BACKWARD)),
     suggest_fn=_suggest_backward,

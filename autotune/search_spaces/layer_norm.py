@@ -1,6 +1,8 @@
 """layer_norm / rms_norm: the forward holds rows whole in registers ("single") or streams them in chunks
 ("looped"); the backward sums the weight and bias gradients over rows through per-program partial rows
-and a second small kernel ("partials") or float64 atomics ("atomic"), reading each row once or twice.
+and a second small kernel ("partials") or atomics ("atomic"), reading each row once or twice, in one of two
+kernels: the first, one row at a time in float64 ("rows64"), or "tiles": BLOCK_M one-block rows at a time, in
+float32 for 16-bit data (kernels/norm/layer_norm_backward_tiles.py).
 
 Every constraint depends on the problem only through next_pow2(rows) and next_pow2(N), the numbers of
 its bucket: a config that runs on one problem of a bucket runs on all of them.
@@ -23,7 +25,14 @@ WARPS = (1, 2, 4, 8, 16, 32)
 STAGES = (1, 2, 3, 4)
 ROWS = (1, 2, 4, 8, 16)
 PROGRAMS_PER_SM = (1, 2, 4, 8)
-"""Programs of the backward per SM; each owns a float64 partial row of the parameter gradients."""
+"""Programs of the backward per SM; each owns a partial row of the parameter gradients."""
+BACKWARD_KERNELS = ("rows64", "tiles")
+"""The backward's kernels: one row at a time in float64 (the first), or BLOCK_M rows at a time in the data's
+accumulator (float32 for 16-bit data, float64 for float32 data)."""
+BACKWARD_ROWS = (1, 2, 4, 8)
+"""Rows the tiles kernel holds at once (BLOCK_M) where it reads each row once: more loads in flight for short rows."""
+BEFORE_TILES: Config = {"kernel": "rows64", "BLOCK_M": 1}
+"""The backward's parameters since the tiles kernel, at what every config stored before it meant."""
 BLOCKS = powers_of_two(MIN_BLOCK, MAX_BLOCK)
 
 FORWARD_DEFAULT: Config = {"variant": "looped", "BLOCK_N": 1024, "ROWS_PER_PROGRAM": 1, "num_warps": 4, "num_stages": 2}
@@ -37,6 +46,7 @@ BACKWARD_DEFAULT: Config = {
     "PROGRAMS_PER_SM": 2,
     "num_warps": 4,
     "num_stages": 2,
+    **BEFORE_TILES,
 }
 """The backward fallback: a 1024 block covers short rows in one chunk and long ones in several."""
 
@@ -84,7 +94,7 @@ def _forward_fits_in_registers(c: Config, p: Problem) -> str | None:
 
 def _no_idle_warps(c: Config, p: Problem) -> str | None:
     # A tile smaller than the program's threads leaves warps with nothing to do; one warp is the floor.
-    if c["num_warps"] > 1 and c.get("ROWS_PER_PROGRAM", 1) * c["BLOCK_N"] < 32 * c["num_warps"]:
+    if c["num_warps"] > 1 and c.get("ROWS_PER_PROGRAM", c.get("BLOCK_M", 1)) * c["BLOCK_N"] < 32 * c["num_warps"]:
         return "ROWS_PER_PROGRAM * BLOCK_N < 32 * num_warps: idle warps"
     return None
 
@@ -178,10 +188,26 @@ def _backward_fits_in_registers(c: Config, p: Problem) -> str | None:
     return None
 
 
+def _rows_at_once_in_tiles_read_once(c: Config, p: Problem) -> str | None:
+    if c["BLOCK_M"] == 1:
+        return None
+    if c["kernel"] != "tiles":
+        return "BLOCK_M > 1 rows at a time needs kernel=tiles"
+    if c["READS"] != 1:
+        return "BLOCK_M > 1 holds rows across their sums: READS must be 1"
+    if c["BLOCK_M"] > next_pow2(row_shape(p)[0]):
+        return "BLOCK_M exceeds the number of rows rounded up to a power of two"
+    if not one_chunk_fits(c["BLOCK_M"] * c["BLOCK_N"], c["num_warps"]):
+        return f"BLOCK_M * BLOCK_N > {MAX_BACKWARD_ELEMENTS_PER_THREAD} elements per thread"
+    return None
+
+
 def _suggest_backward(trial, problem: Problem) -> Config:
-    """The reduction variant and grid first; the block follows from the row unless the row needs chunks."""
+    """The kernel, reduction variant and grid first; the block follows from the row unless the row needs
+    chunks; the tiles kernel draws its rows at once where it reads a row once."""
     full = full_block(row_shape(problem)[1])
     config = {
+        "kernel": trial.suggest_categorical("kernel", list(BACKWARD_KERNELS)),
         "variant": trial.suggest_categorical("variant", ["partials", "atomic"]),
         "PROGRAMS_PER_SM": trial.suggest_categorical("PROGRAMS_PER_SM", list(PROGRAMS_PER_SM)),
         "num_warps": trial.suggest_categorical("num_warps", list(WARPS)),
@@ -190,6 +216,8 @@ def _suggest_backward(trial, problem: Problem) -> Config:
     wide = not one_chunk_fits(full, max(WARPS))
     config["BLOCK_N"] = trial.suggest_categorical("BLOCK_N", list(BLOCKS)) if wide else min(full, MAX_BLOCK)
     config["READS"] = 2 if wide else trial.suggest_categorical("READS", list(READS))
+    one_read_tiles = config["kernel"] == "tiles" and config["READS"] == 1
+    config["BLOCK_M"] = trial.suggest_categorical("BLOCK_M", list(BACKWARD_ROWS)) if one_read_tiles else 1
     return config
 
 
@@ -201,9 +229,18 @@ BACKWARD_SPACE = SearchSpace(
         Param("PROGRAMS_PER_SM", PROGRAMS_PER_SM),
         Param("num_warps", WARPS),
         Param("num_stages", STAGES),
+        # Since the tiles kernel: the kernels' specs `extend` the space without them (BEFORE_TILES).
+        Param("kernel", BACKWARD_KERNELS),
+        Param("BLOCK_M", BACKWARD_ROWS),
     ),
     default=BACKWARD_DEFAULT,
-    constraints=(_backward_block_fits_row, _one_read_holds_the_row, _backward_fits_in_registers, _no_idle_warps),
+    constraints=(
+        _backward_block_fits_row,
+        _one_read_holds_the_row,
+        _backward_fits_in_registers,
+        _no_idle_warps,
+        _rows_at_once_in_tiles_read_once,
+    ),
     suggest_fn=_suggest_backward,
 )
 

@@ -1,5 +1,6 @@
 """group_norm: torch.nn.functional.group_norm with a fused activation (silu, mish), any layout, with
-tuned forward and backward kernels; a torch custom op, so torch.compile(fullgraph=True) keeps it whole."""
+tuned forward and backward kernels; a torch custom op, so torch.compile(fullgraph=True) keeps it whole.
+The forward's "cached" variant is `group_norm_cached`'s kernel."""
 
 from __future__ import annotations
 
@@ -12,7 +13,9 @@ from autotune.kernels.common import checks as _checks
 from autotune.kernels.common import second_order as _second_order
 from autotune.kernels.common.grid import cdiv
 from autotune.kernels.norm import group_norm_backward  # also registers the backward op
+from autotune.kernels.norm import group_norm_cached as cached_
 from autotune.kernels.norm.checks import group_norm_arguments
+from autotune.kernels.norm.group_moments import STAT, _chan_combine, _finish, _tile_moments
 from autotune.kernels.norm.group_norm_common import (
     ACTIVATIONS,
     INTERPRETER_PRESETS,
@@ -36,44 +39,9 @@ from autotune.kernels.norm.group_norm_common import (
     spatial_size,
 )
 from autotune.kernels.norm.reference import group_norm_gradients
-from autotune.search_spaces.group_norm import SPACE, bucket, bucket_distance, tile_shape
+from autotune.search_spaces.group_norm import FIRST_VARIANTS, SPACE, bucket, bucket_distance, tile_shape
 from autotune.space import next_pow2
-from autotune.spec import Inputs, KernelSpec
-
-
-@triton.jit
-def _tile_moments(d, mask, count):
-    """Mean and sum of squared deviations (both in STAT) of the count valid elements of tile d (others
-    hold 0): the mean's sum in STAT whatever d's dtype, the squared deviations from it in d's."""
-    mean = tl.sum(d.to(STAT)) / count
-    deviation = tl.where(mask, d - mean.to(d.dtype), 0.0)
-    return mean, tl.sum(deviation * deviation).to(STAT)
-
-
-@triton.jit
-def _chan_combine(n_a, mean_a, m2_a, n_b, mean_b, m2_b):
-    """Chan et al.'s update: count, mean, sum of squared deviations of two parts taken together."""
-    n = n_a + n_b
-    share = n_b / tl.maximum(n, 1.0)
-    delta = mean_b - mean_a
-    return n, mean_a + delta * share, m2_a + m2_b + delta * delta * n_a * share
-
-
-# Statistics are reduced from d = x - pivot, pivot being the group's first element: a large common
-# offset costs them no precision, and a constant group has d == 0, so its mean is exactly the constant
-# and its variance exactly 0. d and its squared deviations are computed in ACC (float32 for 16-bit data),
-# the sums that give the mean in float64 (STAT) whatever the data: the saved mean is float64, and for a
-# group of zero-mean data spread by 1, float32 sums of d left it off by a few 1e-8, ten times PyTorch's
-# error on an H100 (the gate failed it there, 2026-11-24). Squared deviations from the tile's mean are
-# centred, so float32 sums of them keep the variance to a few float32 ulps. Tiles combine in STAT. The
-# normalize step computes in ACC (see `accumulator`).
-STAT = tl.constexpr(tl.float64)
-
-
-@triton.jit
-def _finish(pivot, mean_d, m2, count, eps):
-    """(mean, rstd) from the moments of d = x - pivot."""
-    return pivot + mean_d, 1.0 / tl.sqrt(m2 / count + eps)
+from autotune.spec import EarlierSpace, Inputs, KernelSpec
 
 
 @triton.jit
@@ -232,8 +200,10 @@ def _launcher(x, y, groups: int, activation: str, has_weight: bool, has_bias: bo
                                    channels_inner(strides[:3], c, hw))
     meta = dict(HAS_W=has_weight, HAS_B=has_bias, ACTIVATION=ACTIVATIONS[activation], ACC=accumulator(x.dtype),
                 BLOCK_C=block_c, BLOCK_HW=block_hw, num_warps=config["num_warps"], num_stages=config["num_stages"])
-    if config["variant"] in ("single", "looped"):
-        kernel = (_group_norm_single_kernel if config["variant"] == "single" else _group_norm_looped_kernel)[(rows,)]
+    whole_group = {"single": _group_norm_single_kernel, "looped": _group_norm_looped_kernel,
+                   "cached": cached_._group_norm_cached_kernel}
+    if config["variant"] in whole_group:
+        kernel = whole_group[config["variant"]][(rows,)]
 
         def launch(x, y, weight, bias, mean, rstd, eps):
             # Absent parameters are never read; x stands in as a valid pointer.
@@ -294,6 +264,11 @@ def baseline(inputs: Inputs) -> tuple:
     return apply_activation(y, inputs["activation"]), mean.double(), rstd.float()
 
 
+FIRST_SOURCES = (_tile_moments, _chan_combine, _finish, _group_moments, _normalize_range, activate, affine,
+                 _group_norm_single_kernel, _group_norm_looped_kernel, _group_norm_split_stats_kernel,
+                 _group_norm_split_normalize_kernel)
+"""The sources of the single, looped and split variants: the spec's before the cached one."""
+
 SPEC = KernelSpec(
     name="group_norm",
     space=SPACE,
@@ -309,9 +284,9 @@ SPEC = KernelSpec(
     presets=PRESETS,
     interpreter_presets=INTERPRETER_PRESETS,
     parse_shape=parse_shape,
-    sources=(_tile_moments, _chan_combine, _finish, _group_moments, _normalize_range, activate, affine,
-             _group_norm_single_kernel, _group_norm_looped_kernel, _group_norm_split_stats_kernel,
-             _group_norm_split_normalize_kernel),
+    sources=(*FIRST_SOURCES, *cached_.SOURCES),
+    # The rows tuned before the cached kernel: the first three variants' kernels alone.
+    extends=(EarlierSpace.before(SPACE, FIRST_SOURCES, variant=FIRST_VARIANTS),),
     description="group_norm with a fused activation (F.group_norm + F.silu / F.mish); outputs y, mean, rstd",
     bucket_edges=bucket_edges,
     public=lambda inputs: group_norm(inputs["x"], inputs["groups"], inputs["weight"], inputs["bias"],

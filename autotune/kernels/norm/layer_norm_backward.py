@@ -11,6 +11,12 @@ next to its terms, float32 rounding of the terms is all that is left of it, and 
 noise with torch's own, element by element. On an H100 the float64 work should stay under the memory
 time (about a third of its float64 rate at full bandwidth; not yet measured); on GPUs with slow float64
 it would not.
+
+That is the first kernel (kernel="rows64"). The space also holds a second (kernel="tiles",
+`layer_norm_backward_tiles`): float32 arithmetic and partial rows for 16-bit data, BLOCK_M one-block rows read
+once at a time, L2 kept for a row read twice. A search picks between them per bucket; the rows tuned before
+the second existed stay current (`extends`). The partial rows of either are summed by `_sum_partials_kernel`,
+in float64 whatever they are kept in.
 """
 
 from __future__ import annotations
@@ -22,11 +28,13 @@ import triton.language as tl
 from autotune import gpu, runtime
 from autotune.kernels.common.grid import cdiv
 from autotune.kernels.common.rounding import round_to
+from autotune.kernels.norm import layer_norm_backward_tiles as tiles_
 from autotune.kernels.norm import problems as problems_
+from autotune.kernels.norm.backward_math import _centered_wdy, _dx, _row_rstd
 from autotune.kernels.norm.rows import as_rows, flat, mixed_params, unit_stride
-from autotune.search_spaces.layer_norm import BACKWARD_SPACE, bucket
+from autotune.search_spaces.layer_norm import BACKWARD_SPACE, BEFORE_TILES, bucket
 from autotune.space import next_pow2
-from autotune.spec import Inputs, KernelSpec
+from autotune.spec import EarlierSpace, Inputs, KernelSpec
 
 INTERPRETER_SMS = 2
 """The interpreter has no SMs; a few programs per "SM" still make the cross-program sums real."""
@@ -40,31 +48,6 @@ SUM_MAX_PROGRAMS = 256
 @triton.jit
 def _load64(ptr, offs, mask):
     return tl.load(ptr + offs, mask=mask, other=0.0).to(tl.float32).to(tl.float64)
-
-
-@triton.jit
-def _centered_wdy(x, dy, w, hi, lo, mask, IS_RMS: tl.constexpr, HAS_WEIGHT: tl.constexpr):
-    """x less the row mean hi + lo (rms_norm: x itself; 0 in masked lanes) and the gradient reaching the
-    normalized input through the weight."""
-    xc = x if IS_RMS else tl.where(mask, (x - hi) - lo, 0.0)  # masked lanes load x = 0
-    wdy = dy * w if HAS_WEIGHT else dy
-    return xc, wdy
-
-
-@triton.jit
-def _row_rstd(sum_squares, n_cols, eps):
-    """1 / sqrt(variance + eps) in float64, from the row's centered sum of squares. Not the forward's
-    float32 rstd: that is off by up to an ulp, and where eps is tiny next to the variance of a short row
-    (one or two elements) dx is the difference of two terms that agree to within eps."""
-    return 1.0 / tl.sqrt(sum_squares / n_cols + eps)
-
-
-@triton.jit
-def _dx(xhat, wdy, rstd, sum_xhat_wdy, sum_wdy, n_cols, IS_RMS: tl.constexpr):
-    """dx = rstd * (wdy - xhat * mean(xhat * wdy) - mean(wdy)); rms_norm has no mean(wdy) term."""
-    if IS_RMS:
-        return (wdy - xhat * (sum_xhat_wdy / n_cols)) * rstd
-    return (wdy - (xhat * (sum_xhat_wdy / n_cols) + sum_wdy / n_cols)) * rstd
 
 
 @triton.jit
@@ -205,33 +188,44 @@ def launch_rows(dy, x, weight, mean, dh, dx, dw, db, eps: float, rms: bool, conf
             if grad is not None:
                 grad.zero_()
         return
-    programs = min(n_rows, config["PROGRAMS_PER_SM"] * _sm_count())
-    block = config["BLOCK_N"]
+    config = {**BEFORE_TILES, **config}  # a config stored before the tiles kernel means the first one
+    tiles = config["kernel"] == "tiles"
+    block, block_m = config["BLOCK_N"], config["BLOCK_M"]
     one_chunk = block >= n_cols
     one_read = config["READS"] == 1
     if one_read and not one_chunk:
         raise ValueError(f"config: READS=1 needs the row in one block, got BLOCK_N={block} for rows of {n_cols}")
+    if block_m > 1 and not (tiles and one_read):
+        raise ValueError(f"config: BLOCK_M={block_m} rows at a time needs kernel='tiles' and READS=1")
+    programs = min(cdiv(n_rows, block_m), config["PROGRAMS_PER_SM"] * _sm_count())
     atomic = config["variant"] == "atomic"
-    f64 = dict(dtype=torch.float64, device=x.device)
+    kept = dict(dtype=tiles_.accumulator(x.dtype) if tiles else torch.float64, device=x.device)
 
     def buffer(grad):
         if grad is None:
             return None
         if atomic:
-            return torch.zeros(n_cols, **f64)
+            return torch.zeros(n_cols, **kept)
         # Partial rows: one program writes each whole; chunked rows add into them, so they start at zero.
-        return (torch.empty if one_chunk else torch.zeros)((programs, n_cols), **f64)
+        return (torch.empty if one_chunk else torch.zeros)((programs, n_cols), **kept)
 
     dw_buf, db_buf = buffer(dw), buffer(db)
-    _norm_backward_kernel[(programs,)](
+    args = (
         dy, x, x if weight is None else weight, x if mean is None else mean, dy if dh is None else dh, dx,
         dx if dw_buf is None else dw_buf, dx if db_buf is None else db_buf,
         n_rows, n_cols, dy.stride(0), x.stride(0), 0 if dh is None else dh.stride(0), dx.stride(0), eps,
+    )
+    meta = dict(
         IS_RMS=rms, HAS_WEIGHT=weight is not None, HAS_BIAS=db is not None, HAS_DH=dh is not None,
         ATOMIC=atomic, ONE_CHUNK=one_chunk, ONE_READ=one_read, BLOCK_N=block,
         num_warps=config["num_warps"], num_stages=config["num_stages"],
         enable_fp_fusion=False,  # a fused multiply-add would keep a rounding error where dx cancels to 0 exactly
     )
+    if tiles:
+        tiles_._norm_backward_tiles_kernel[(programs,)](*args, ACC=tiles_.TL_DTYPES[kept["dtype"]], BLOCK_M=block_m,
+                                                        **meta)
+    else:
+        _norm_backward_kernel[(programs,)](*args, **meta)
     if atomic:
         for grad, buf in ((dw, dw_buf), (db, db_buf)):
             if grad is not None:
@@ -373,6 +367,11 @@ def _public(inputs: Inputs, rms: bool):
     )
 
 
+ROWS64_SOURCES = (round_to, _load64, _centered_wdy, _row_rstd, _dx, _store_dx, _norm_backward_kernel,
+                  _sum_partials_kernel, SUM_TILE, SUM_MIN_COLS, SUM_MAX_PROGRAMS)
+"""The first kernel's sources (kernel="rows64"): the specs' before the tiles kernel."""
+
+
 def _spec(name: str, rms: bool) -> KernelSpec:
     return KernelSpec(
         name=name,
@@ -389,8 +388,9 @@ def _spec(name: str, rms: bool) -> KernelSpec:
         presets=[problems_.parse_shape(s, rms=rms) for s in ("8192x4096+res", "16384x8192+res", "8192x4096")],
         interpreter_presets=[problems_.parse_shape("8x300+res", rms=rms)],
         parse_shape=lambda text: problems_.parse_shape(text, rms=rms),
-        sources=(round_to, _load64, _centered_wdy, _row_rstd, _dx, _store_dx, _norm_backward_kernel, _sum_partials_kernel,
-                 SUM_TILE, SUM_MIN_COLS, SUM_MAX_PROGRAMS),
+        sources=(*ROWS64_SOURCES, *tiles_.SOURCES),
+        # The rows tuned before the tiles kernel: the first kernel alone, configs without kernel and BLOCK_M.
+        extends=(EarlierSpace.before(BACKWARD_SPACE, ROWS64_SOURCES, new=BEFORE_TILES),),
         description=("rms_norm" if rms else "layer_norm") + " backward: dx, dweight, dbias ('+res': plus the sum's gradient)",
         bucket_edges=lambda problem: problems_.bucket_edges(problem, rms=rms, backward=True),
         public=lambda inputs: _public(inputs, rms),

@@ -1,0 +1,149 @@
+"""The layer_norm / rms_norm backward's "tiles" kernel (kernel="tiles" in its space): the same gradients as
+`layer_norm_backward`'s first kernel ("rows64"), with three changes that kernel cannot take without orphaning
+the rows tuned for it:
+
+- the arithmetic and the partial rows are in the data's accumulator (`accumulator`): float64 for float32 data,
+  float32 for 16-bit data, whose own resolution is 2**13 times coarser than float32's;
+- a row that fits one block and is read once (READS=1) is read BLOCK_M rows at a time: their tiles stay in
+  registers across the row sums, more loads in flight for short rows;
+- a row read twice (READS=2) asks L2 to keep its first pass for the second (evict_last), and the last reads
+  of x, dy and dh ask to go first (evict_first).
+
+ptxas (Triton 3.9, sm_90a, bf16 data, READS=1, BLOCK_M=1): 128 registers and no spills at 8192 columns and 16
+warps, where the float64 kernel spilled 1156 B a thread; BLOCK_M * BLOCK_N past 16 elements a thread spills,
+which the space rejects.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from autotune.kernels.common.rounding import round_to
+from autotune.kernels.norm.backward_math import _centered_wdy, _dx, _row_rstd
+
+
+@triton.jit
+def _load_acc(ptr, offs, mask, ACC: tl.constexpr, EVICT: tl.constexpr = ""):
+    return tl.load(ptr + offs, mask=mask, other=0.0, eviction_policy=EVICT).to(tl.float32).to(ACC)
+
+
+@triton.jit
+def _store_dx_acc(dx, dh_ptr, dx_ptr, dh_offs, dx_offs, mask, ACC: tl.constexpr, HAS_DH: tl.constexpr):
+    if HAS_DH:
+        dx += _load_acc(dh_ptr, dh_offs, mask, ACC, "evict_first")
+    # Through float32: the Triton interpreter casts float64 to bfloat16 wrongly.
+    tl.store(dx_ptr + dx_offs, round_to(dx.to(tl.float32), dx_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def _norm_backward_tiles_kernel(
+    dy_ptr, x_ptr, w_ptr, mean_ptr, dh_ptr, dx_ptr, dw_ptr, db_ptr,
+    n_rows, n_cols, dy_stride, x_stride, dh_stride, dx_stride, eps,
+    IS_RMS: tl.constexpr, HAS_WEIGHT: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_DH: tl.constexpr,
+    ATOMIC: tl.constexpr, ONE_CHUNK: tl.constexpr, ONE_READ: tl.constexpr, ACC: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+):
+    """Program p handles rows p, p + P, ... (READS=1: tiles of BLOCK_M rows p, p + P, ... of them).
+    dw_ptr/db_ptr: this program's partial row at p * n_cols (partials), or one row every program adds into
+    (atomic), in ACC."""
+    pid = tl.program_id(0)
+    n_programs = tl.num_programs(0)
+    part = 0 if ATOMIC else pid.to(tl.int64) * n_cols
+    cols = tl.arange(0, BLOCK_N)
+    # Where the row fits one block, the parameter gradients stay in registers across all of the program's
+    # rows (otherwise they go to memory chunk by chunk; partial rows start zeroed).
+    dw_acc = tl.zeros((BLOCK_N,), ACC)
+    db_acc = tl.zeros((BLOCK_N,), ACC)
+    if ONE_READ:
+        # One read of BLOCK_M one-chunk rows: their tiles (and the weight's) stay live across the row sums.
+        col_ok = cols < n_cols
+        w_row = _load_acc(w_ptr, cols, col_ok, ACC)[None, :] if HAS_WEIGHT else 1.0
+        r = tl.arange(0, BLOCK_M)
+        for first in range(pid.to(tl.int64) * BLOCK_M, n_rows, n_programs * BLOCK_M):  # int64: row * stride can pass 2**31
+            rows = first + r
+            row_ok = rows < n_rows
+            mask = row_ok[:, None] & col_ok[None, :]
+            hi = 0.0 if IS_RMS else tl.load(mean_ptr + rows, mask=row_ok, other=0.0).to(ACC)[:, None]
+            lo = 0.0 if IS_RMS else tl.load(mean_ptr + n_rows + rows, mask=row_ok, other=0.0).to(ACC)[:, None]
+            dy = _load_acc(dy_ptr, rows[:, None] * dy_stride + cols[None, :], mask, ACC, "evict_first")
+            x = _load_acc(x_ptr, rows[:, None] * x_stride + cols[None, :], mask, ACC, "evict_first")
+            xc, wdy = _centered_wdy(x, dy, w_row, hi, lo, mask, IS_RMS, HAS_WEIGHT)
+            # Row slots past the last row get rstd 0, not 1 / sqrt(eps): their zeros must add nothing (eps may be 0).
+            rstd = tl.where(row_ok, _row_rstd(tl.sum(xc * xc, axis=1), n_cols, eps), 0.0)[:, None]
+            xhat = xc * rstd
+            sum_wdy = 0.0 if IS_RMS else tl.sum(wdy, axis=1)[:, None]
+            dx = _dx(xhat, wdy, rstd, tl.sum(xhat * wdy, axis=1)[:, None], sum_wdy, n_cols, IS_RMS)
+            _store_dx_acc(dx, dh_ptr, dx_ptr, rows[:, None] * dh_stride + cols[None, :],
+                          rows[:, None] * dx_stride + cols[None, :], mask, ACC, HAS_DH)
+            dw_acc += tl.sum(dy * xhat, axis=0)
+            db_acc += tl.sum(dy, axis=0)
+    else:
+        for row in range(pid.to(tl.int64), n_rows, n_programs):  # int64: row * stride can pass 2**31
+            hi = 0.0 if IS_RMS else tl.load(mean_ptr + row).to(ACC)
+            lo = 0.0 if IS_RMS else tl.load(mean_ptr + n_rows + row).to(ACC)
+            # Two reads of the row: one for its sums, reduced to scalars as they go, one for dx and the
+            # gradients. The second is meant to hit L2 (the first asks to keep the row there).
+            sum_xc_wdy = tl.full((), 0.0, ACC)
+            sum_wdy = tl.full((), 0.0, ACC)
+            sum_squares = tl.full((), 0.0, ACC)
+            for start in range(0, n_cols, BLOCK_N):
+                c = start + cols
+                col_ok = c < n_cols
+                w = _load_acc(w_ptr, c, col_ok, ACC) if HAS_WEIGHT else 1.0
+                xc, wdy = _centered_wdy(_load_acc(x_ptr, row * x_stride + c, col_ok, ACC, "evict_last"),
+                                        _load_acc(dy_ptr, row * dy_stride + c, col_ok, ACC, "evict_last"),
+                                        w, hi, lo, col_ok, IS_RMS, HAS_WEIGHT)
+                sum_xc_wdy += tl.sum(xc * wdy, axis=0)
+                sum_wdy += tl.sum(wdy, axis=0)
+                sum_squares += tl.sum(xc * xc, axis=0)
+            rstd = _row_rstd(sum_squares, n_cols, eps)
+            total_xhat_wdy = rstd * sum_xc_wdy
+            for start in range(0, n_cols, BLOCK_N):
+                c = start + cols
+                col_ok = c < n_cols
+                w = _load_acc(w_ptr, c, col_ok, ACC) if HAS_WEIGHT else 1.0
+                dy = _load_acc(dy_ptr, row * dy_stride + c, col_ok, ACC, "evict_first")
+                xc, wdy = _centered_wdy(_load_acc(x_ptr, row * x_stride + c, col_ok, ACC, "evict_first"), dy, w, hi,
+                                        lo, col_ok, IS_RMS, HAS_WEIGHT)
+                xhat = xc * rstd
+                dx = _dx(xhat, wdy, rstd, total_xhat_wdy, sum_wdy, n_cols, IS_RMS)
+                _store_dx_acc(dx, dh_ptr, dx_ptr, row * dh_stride + c, row * dx_stride + c, col_ok, ACC, HAS_DH)
+                if ONE_CHUNK:
+                    dw_acc += dy * xhat
+                    db_acc += dy
+                elif ATOMIC:
+                    if HAS_WEIGHT:
+                        tl.atomic_add(dw_ptr + c, dy * xhat, mask=col_ok, sem="relaxed")
+                    if HAS_BIAS:
+                        tl.atomic_add(db_ptr + c, dy, mask=col_ok, sem="relaxed")
+                else:
+                    # Only this program touches its partial row, and each lane reads what it wrote.
+                    if HAS_WEIGHT:
+                        tl.store(dw_ptr + part + c, tl.load(dw_ptr + part + c, mask=col_ok) + dy * xhat, mask=col_ok)
+                    if HAS_BIAS:
+                        tl.store(db_ptr + part + c, tl.load(db_ptr + part + c, mask=col_ok) + dy, mask=col_ok)
+    if ONE_CHUNK:
+        col_ok = cols < n_cols
+        if ATOMIC:
+            if HAS_WEIGHT:
+                tl.atomic_add(dw_ptr + cols, dw_acc, mask=col_ok, sem="relaxed")
+            if HAS_BIAS:
+                tl.atomic_add(db_ptr + cols, db_acc, mask=col_ok, sem="relaxed")
+        else:
+            if HAS_WEIGHT:
+                tl.store(dw_ptr + part + cols, dw_acc, mask=col_ok)
+            if HAS_BIAS:
+                tl.store(db_ptr + part + cols, db_acc, mask=col_ok)
+
+
+def accumulator(dtype: torch.dtype) -> torch.dtype:
+    """The dtype the tiles kernel computes and keeps partial sums in for data of `dtype` (see the module's docstring)."""
+    return torch.float64 if dtype == torch.float32 else torch.float32
+
+
+TL_DTYPES = {torch.float64: tl.float64, torch.float32: tl.float32}
+
+SOURCES = (_load_acc, _store_dx_acc, _norm_backward_tiles_kernel, accumulator)
+"""What the tiles kernel adds to the backward specs' sources."""
