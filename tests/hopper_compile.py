@@ -67,6 +67,33 @@ VARIANT_CONFIGS = {
         {"variant": "single", "BLOCK_SIZE": 512, "ROWS_PER_PROGRAM": 2, "num_warps": 4, "num_stages": 1},
     ),
     "split": ("group_norm", {"variant": "split", "BLOCK": 16, "SPLIT": 2, "num_warps": 1, "num_stages": 1}),
+    "cached": ("group_norm", {"variant": "cached", "BLOCK": 16, "SPLIT": 1, "num_warps": 1, "num_stages": 2}),
+    "tiles": (
+        "layer_norm_backward",
+        {
+            "variant": "partials",
+            "BLOCK_N": 512,
+            "READS": 1,
+            "PROGRAMS_PER_SM": 2,
+            "num_warps": 4,
+            "num_stages": 2,
+            "kernel": "tiles",
+            "BLOCK_M": 4,
+        },
+    ),
+    "tiles_read_twice": (
+        "rms_norm_backward",
+        {
+            "variant": "atomic",
+            "BLOCK_N": 128,
+            "READS": 2,
+            "PROGRAMS_PER_SM": 2,
+            "num_warps": 4,
+            "num_stages": 2,
+            "kernel": "tiles",
+            "BLOCK_M": 1,
+        },
+    ),
     "gated_tma_persistent": (
         "gated_mlp",
         {

@@ -7,11 +7,11 @@ the rows tuned for it:
 - a row that fits one block and is read once (READS=1) is read BLOCK_M rows at a time: their tiles stay in
   registers across the row sums, more loads in flight for short rows;
 - a row read twice (READS=2) asks L2 to keep its first pass for the second (evict_last), and the last reads
-  of x, dy and dh ask to go first (evict_first).
+  of x, dy and dh ask to go first (evict_first); the weight, read by every program, asks to stay.
 
-ptxas (Triton 3.9, sm_90a, bf16 data, READS=1, BLOCK_M=1): 128 registers and no spills at 8192 columns and 16
-warps, where the float64 kernel spilled 1156 B a thread; BLOCK_M * BLOCK_N past 16 elements a thread spills,
-which the space rejects.
+ptxas for sm_90a with the GPU's Triton 3.6 (bf16 data, tests/hopper_norm_backward_compile.py): no spills at 8192
+columns and 16 warps read once (128 registers), where the float64 kernel spilled 1156 B a thread; two rows of 8192
+at once spill, which the space rejects (at most 16 elements a thread).
 """
 
 from __future__ import annotations
@@ -25,7 +25,8 @@ from autotune.kernels.norm.backward_math import _centered_wdy, _dx, _row_rstd
 
 
 @triton.jit
-def _load_acc(ptr, offs, mask, ACC: tl.constexpr, EVICT: tl.constexpr = ""):
+def _load_acc(ptr, offs, mask, ACC: tl.constexpr, EVICT: tl.constexpr):
+    # EVICT has no default: Triton 3.6 fails to compile a call that leaves a string constexpr to its default.
     return tl.load(ptr + offs, mask=mask, other=0.0, eviction_policy=EVICT).to(tl.float32).to(ACC)
 
 
@@ -59,7 +60,7 @@ def _norm_backward_tiles_kernel(
     if ONE_READ:
         # One read of BLOCK_M one-chunk rows: their tiles (and the weight's) stay live across the row sums.
         col_ok = cols < n_cols
-        w_row = _load_acc(w_ptr, cols, col_ok, ACC)[None, :] if HAS_WEIGHT else 1.0
+        w_row = _load_acc(w_ptr, cols, col_ok, ACC, "evict_last")[None, :] if HAS_WEIGHT else 1.0
         r = tl.arange(0, BLOCK_M)
         for first in range(pid.to(tl.int64) * BLOCK_M, n_rows, n_programs * BLOCK_M):  # int64: row * stride can pass 2**31
             rows = first + r
@@ -91,7 +92,7 @@ def _norm_backward_tiles_kernel(
             for start in range(0, n_cols, BLOCK_N):
                 c = start + cols
                 col_ok = c < n_cols
-                w = _load_acc(w_ptr, c, col_ok, ACC) if HAS_WEIGHT else 1.0
+                w = _load_acc(w_ptr, c, col_ok, ACC, "evict_last") if HAS_WEIGHT else 1.0
                 xc, wdy = _centered_wdy(_load_acc(x_ptr, row * x_stride + c, col_ok, ACC, "evict_last"),
                                         _load_acc(dy_ptr, row * dy_stride + c, col_ok, ACC, "evict_last"),
                                         w, hi, lo, col_ok, IS_RMS, HAS_WEIGHT)
@@ -103,7 +104,7 @@ def _norm_backward_tiles_kernel(
             for start in range(0, n_cols, BLOCK_N):
                 c = start + cols
                 col_ok = c < n_cols
-                w = _load_acc(w_ptr, c, col_ok, ACC) if HAS_WEIGHT else 1.0
+                w = _load_acc(w_ptr, c, col_ok, ACC, "evict_last") if HAS_WEIGHT else 1.0
                 dy = _load_acc(dy_ptr, row * dy_stride + c, col_ok, ACC, "evict_first")
                 xc, wdy = _centered_wdy(_load_acc(x_ptr, row * x_stride + c, col_ok, ACC, "evict_first"), dy, w, hi,
                                         lo, col_ok, IS_RMS, HAS_WEIGHT)

@@ -1,0 +1,75 @@
+"""The layer_norm / rms_norm backward's tiles kernel compiles for Hopper (sm_90a) with the GPU machine's Triton
+without spilling, at every config of the widest one-block rows that the space accepts; the configs that spill are
+among those it rejects.
+
+The cases run tests/hopper_norm_backward_compile.py in a subprocess with the Triton at AUTOTUNE_GPU_TRITON
+(`pip install -q --no-deps --target DIR triton==3.6.0`; .ci/run makes one); unset, they are skipped."""
+
+import json
+import os
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+from autotune.kernels.norm import problems as _norm_problems
+from autotune.search_spaces.layer_norm import BACKWARD_SPACE as SPACE
+
+GPU_TRITON_VERSION = "3.6.0"
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+COMPILE_TIMEOUT_S = 600
+
+
+@pytest.fixture(scope="module")
+def compiled(tmp_path_factory) -> tuple[dict, list[dict]]:
+    """hopper_norm_backward_compile.py's header line and its line per case, compiled from a fresh kernel cache."""
+    where = os.environ.get("AUTOTUNE_GPU_TRITON")
+    if not where:
+        reason = f"AUTOTUNE_GPU_TRITON is not set: `pip install -q --no-deps --target DIR triton=={GPU_TRITON_VERSION}`"
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"CI must check that the norm backward compiles for the GPU without spilling: {reason}")
+        pytest.skip(reason)
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env.update(
+        PYTHONPATH=os.pathsep.join([where, str(ROOT), str(ROOT / "tests")]),
+        TRITON_CACHE_DIR=str(tmp_path_factory.mktemp("triton-cache")),
+    )
+    run = subprocess.run(
+        [sys.executable, str(ROOT / "tests" / "hopper_norm_backward_compile.py"), where],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=COMPILE_TIMEOUT_S,
+    )
+    assert run.returncode == 0, f"hopper_norm_backward_compile.py exited with {run.returncode}:\n{run.stderr[-4000:]}"
+    header, *lines = [json.loads(line) for line in run.stdout.splitlines()]
+    assert header["triton"] == GPU_TRITON_VERSION, header
+    return header, lines
+
+
+def accepted(line: dict) -> bool:
+    problem = _norm_problems.problem([16384, line["config"]["BLOCK_N"]], rms=line["norm"] == "rms_norm", residual=True)
+    return SPACE.rejects(SPACE.validate(line["config"]), problem) is None
+
+
+def test_every_case_compiles(compiled):
+    _, lines = compiled
+    assert len(lines) == 36
+    assert [(line["norm"], line["config"], line.get("error")) for line in lines if not line["ok"]] == []
+
+
+def test_no_config_the_space_accepts_spills(compiled):
+    _, lines = compiled
+    kept = [line for line in lines if accepted(line)]
+    assert {(line["config"]["READS"], line["config"]["BLOCK_M"]) for line in kept} == {(1, 1), (1, 2), (2, 1)}
+    assert any(line["config"]["BLOCK_N"] == 8192 and line["config"]["READS"] == 1 for line in kept)
+    spilled = [(line["norm"], line["config"], line["spill_stores"]) for line in kept if line["spill_stores"]]
+    assert spilled == []
+
+
+def test_the_configs_that_spill_are_rejected(compiled):
+    _, lines = compiled
+    spilling = [line for line in lines if line["ok"] and line["spill_stores"]]
+    assert spilling, "nothing spilled: the cases no longer reach the registers' limit"
+    assert [line["config"] for line in spilling if accepted(line)] == []
