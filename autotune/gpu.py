@@ -5,11 +5,14 @@ Nothing here imports Triton, so `select_backend()` can still switch the Triton i
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import functools
 import os
 import re
 import sys
 import warnings
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import torch
@@ -112,6 +115,25 @@ def normalize_gpu_name(name: str) -> str:
 def interpreter_active() -> bool:
     """True when Triton kernels run under the Triton interpreter (no GPU)."""
     return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+
+
+_JUDGING_STORED_ROWS: contextvars.ContextVar[bool] = contextvars.ContextVar("judging_stored_rows", default=False)
+
+
+@contextlib.contextmanager
+def judging_stored_rows() -> Iterator[None]:
+    """Within it, constraints judge stored rows as on the GPU each was timed on: what this machine cannot run
+    (an engine only a Hopper GPU has) refuses no row. Merging checks rows of other GPUs so."""
+    token = _JUDGING_STORED_ROWS.set(True)
+    try:
+        yield
+    finally:
+        _JUDGING_STORED_ROWS.reset(token)
+
+
+def machine_matters() -> bool:
+    """False inside `judging_stored_rows`: constraints about this machine's abilities then pass."""
+    return not _JUDGING_STORED_ROWS.get()
 
 
 def select_backend() -> None:

@@ -90,6 +90,7 @@ class TunedConfigs:
         self._cache: dict[tuple[torch.dtype, str], Config] = {}
         self._by_key: dict[tuple[torch.dtype, Hashable], Config] = {}
         self._choices: dict[tuple[torch.dtype, str], Choice] = {}
+        self._among: dict[tuple[torch.dtype, str, str], Config] = {}
         self._stored: dict[torch.dtype, list[tuple[str, Config, str]]] = {}
         self._derived: dict[Hashable, Any] = {}
 
@@ -131,6 +132,27 @@ class TunedConfigs:
         self._choices[(dtype, bucket)] = choice
         return choice
 
+    def config_among(
+        self,
+        dtype: torch.dtype,
+        bucket: str,
+        problem: Callable[[], Problem],
+        kind: str,
+        accept: Callable[[Config], bool],
+    ) -> Config:
+        """The config for a bucket among the stored configs `accept` takes (this bucket's, else the nearest
+        bucket's, else the default), cached per `kind`: for a call the bucket's own config cannot run (a layout one
+        engine cannot read), the best stored config of the rest, a row its bucket's winner shadows included."""
+        cfg = self._among.get((dtype, bucket, kind))
+        if cfg is None:
+            stored = self._stored.get(dtype)
+            if stored is None:
+                stored = self._stored[dtype] = self._load(dtype)
+            accepted = [row for row in stored if accept(row[1])]
+            cfg = _choose(self.spec, accepted, bucket, self.spec.problem_for(problem(), dtype)).config
+            self._among[(dtype, bucket, kind)] = cfg
+        return cfg
+
     def choice(self, dtype: torch.dtype, bucket: str) -> Choice | None:
         """How the cached config for a bucket was chosen, if it has been."""
         return self._choices.get((dtype, bucket))
@@ -141,11 +163,13 @@ class TunedConfigs:
         self._by_key.clear()
         self._derived.clear()
         self._choices.clear()
+        self._among.clear()
         self._stored.clear()
 
     def _load(self, dtype: torch.dtype) -> list[tuple[str, Config, str]]:
         gpu_name = gpu.current_gpu().name
         rows: list[tuple[str, Config, str]] = []
+        shadowed: list[tuple[str, Config, str]] = []  # rows a bucket's winner hides: after every winner
         seen: set[str] = set()
         ignored: list[str] = []
         # Every dtype: any rows at all? None for this GPU: its family's nearest tuned GPU's that fit it serve.
@@ -161,16 +185,19 @@ class TunedConfigs:
         # A row of this source, in any database, serves before a row of an earlier space it extends (`extends`).
         current = {id(row) for row in self.spec.current_rows(row for _, row in candidates)}
         for url, row in candidates:
-            if id(row) not in current:
-                if not self.spec.row_is_current(row):  # else a row of this source holds its bucket
-                    ignored.append(f"bucket {row.bucket}: tuned for another kernel source ({row.source_hash})")
+            hidden = id(row) not in current
+            if hidden and not self.spec.row_is_current(row):  # else a row of this source holds its bucket
+                ignored.append(f"bucket {row.bucket}: tuned for another kernel source ({row.source_hash})")
                 continue
             try:
                 config = self.spec.space.validate(self.spec.current_config(row))
             except (ValueError, InvalidConfig) as exc:
-                ignored.append(f"bucket {row.bucket}: {exc}")
+                if not hidden:
+                    ignored.append(f"bucket {row.bucket}: {exc}")
                 continue
-            if row.bucket not in seen:  # the user database overlays the shipped one
+            if hidden or row.bucket in seen:  # the user database overlays the shipped one
+                shadowed.append((row.bucket, config, url))
+            else:
                 seen.add(row.bucket)
                 rows.append((row.bucket, config, url))
         if ignored:
@@ -189,7 +216,7 @@ class TunedConfigs:
                 NoTunedConfigsWarning,
                 stacklevel=_caller_stacklevel(),
             )
-        return rows
+        return rows + shadowed
 
 
 def _choose(spec: KernelSpec, stored: list[tuple[str, Config, str]], bucket: str, problem: Problem) -> Choice:

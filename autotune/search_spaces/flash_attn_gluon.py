@@ -105,6 +105,11 @@ def config_problem(config: dict, head_dim: int) -> str | None:
     return None
 
 
+def is_triton(c: Config) -> bool:
+    """Whether a forward config runs the Triton engine (every call that its space admits can run it)."""
+    return c.get("engine", "triton") == "triton"
+
+
 def kernel_config(c: Config) -> dict:
     """The Gluon kernel's own config (hopper_forward.launch's) of a forward config with engine="gluon"."""
     return {
@@ -161,7 +166,8 @@ def gluon_where_it_runs(c: Config, p: Problem) -> str | None:
     """engine=gluon only where the Gluon kernel runs: this machine, the problem's dtype and head dim, its config."""
     if c["engine"] != "gluon":
         return None
-    reason = unavailable() or _problem_refuses(p) or config_problem(kernel_config(c), p["head_dim"])
+    here = unavailable() if gpu.machine_matters() else None  # a stored row is judged as on its own GPU
+    reason = here or _problem_refuses(p) or config_problem(kernel_config(c), p["head_dim"])
     if reason is None and c["BLOCK_M"] * c["NUM_CONSUMERS"] > max(64, next_pow2(p["nq"])):
         reason = "BLOCK_M x NUM_CONSUMERS exceeds the queries rounded up to a power of two: only masked rows"
     if reason is None and c["BLOCK_N"] > max(64, next_pow2(p["nk"])):

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping, Sequence
 
+from autotune import gpu
 from autotune.db import BestRow, ConfigStore, rows_to_merge
 from autotune.runtime import registry
 from autotune.spec import KernelSpec, dtype_from_name
@@ -34,7 +35,8 @@ def row_refusal(row: BestRow, specs: Mapping[str, KernelSpec] | None = None) -> 
     if not problem:  # rows of the first autotune kept no problem; the runtime checks each call's own
         return None
     try:
-        reason = spec.space.rejects(config, spec.problem_for(problem, dtype))
+        with gpu.judging_stored_rows():  # on the GPU it names, not necessarily this machine
+            reason = spec.space.rejects(config, spec.problem_for(problem, dtype))
     except Exception as exc:  # a problem the kernel's constraints cannot read is no problem of this kernel
         return f"problem {row.problem_json} is not one of {spec.name}'s problems ({type(exc).__name__}: {exc})"
     if reason:

@@ -324,8 +324,8 @@ def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, sca
         key = (batch, heads, kv_heads, nq, nk, d, causal)
         problem = lambda: problems_.problem(batch, heads, nq, d, kv_heads=kv_heads, nk=nk, causal=causal)  # noqa: E731
         config = _TUNED.lookup(q.dtype, key, lambda: bucket(problem()), problem)
-        if gluon_refuses(q, k, v, o, causal, scale, config) is not None:  # a view TMA cannot read: the fallback
-            config = dict(FORWARD_SPACE.default)
+        if gluon_refuses(q, k, v, o, causal, scale, config) is not None:  # a view TMA cannot read: the best Triton row
+            config = _TUNED.config_among(q.dtype, bucket(problem()), problem, "triton", engines.is_triton)
         runtime.note_launch("flash_attn", config)
     else:
         config = dict(FORWARD_SPACE.default)  # nothing to compute: launch() fills or skips
