@@ -1,0 +1,62 @@
+"""The Gluon attention backward's config (hopper_backward.py): what each key may be, the shared memory its
+kernels take, and why a config cannot run at a head dim. A config is a dict:
+
+- BLOCK_M: queries per step of the dK/dV kernel (keys per step of the dQ kernel);
+- BLOCK_N: keys one consumer warpgroup of the dK/dV kernel holds (queries one of the dQ kernel holds);
+- NUM_STAGES: depth of the ring the loader streams (Q and dO blocks; K and V blocks for the dQ kernel);
+- NUM_CONSUMERS: consumer warpgroups a program; CONSUMER_REGISTERS: registers each asks for (register_split);
+- DQ: "atomic" (dQ added into a float32 buffer by the dK/dV kernel) or "separate" (a kernel of its own);
+- SPLIT_DS: dS's rounding remainder as a second matmul operand (flash_attn_backward's ds="split").
+"""
+
+from __future__ import annotations
+
+from autotune.search_spaces.flash_attn_gluon import BARRIER_BYTES, HEAD_DIMS, SHARED_MEMORY_BYTES, register_split
+
+CHOICES = {
+    "BLOCK_M": (64, 128),
+    "BLOCK_N": (64, 128),
+    "NUM_STAGES": (1, 2, 3, 4),
+    "NUM_CONSUMERS": (1, 2),
+    "CONSUMER_REGISTERS": (192, 200, 216, 232, 240),
+    "DQ": ("atomic", "separate"),
+    "SPLIT_DS": (False, True),
+}
+"""What each key of the kernel's config may be."""
+DEFAULT_CONFIG = {"BLOCK_M": 64, "BLOCK_N": 64, "NUM_STAGES": 2, "NUM_CONSUMERS": 2, "CONSUMER_REGISTERS": 240,
+                  "DQ": "atomic", "SPLIT_DS": False}  # fmt: skip
+"""FlashAttention-3's shape for head dim 128: two consumer warpgroups of 64 keys each, 64-query blocks, dQ by
+atomics."""
+
+
+def shared_memory_bytes(config: dict, head_dim: int, element_size: int = 2) -> int:
+    """Shared memory the dK/dV kernel takes (the dQ kernel takes less): K and V per consumer, the Q/dO ring, the
+    P^T and dS^T tiles (and dS^T's remainder) per consumer."""
+    m, n, stages, consumers = (config[k] for k in ("BLOCK_M", "BLOCK_N", "NUM_STAGES", "NUM_CONSUMERS"))
+    held = 2 * consumers * n * head_dim
+    ring = 2 * stages * m * head_dim
+    p_ds = consumers * n * m * (3 if config["SPLIT_DS"] else 2)
+    return (held + ring + p_ds) * element_size + BARRIER_BYTES
+
+
+def config_problem(config: dict, head_dim: int) -> str | None:
+    """Why the config cannot run at head_dim (a key missing or out of CHOICES, the head dim, a register split that
+    shortchanges the first consumer, tiles over the shared memory), or None."""
+    for key, choices in CHOICES.items():
+        value = config.get(key)
+        if value not in choices or isinstance(value, bool) != isinstance(choices[0], bool):
+            return f"config[{key!r}] must be one of {choices}, got {value!r}"
+    if head_dim not in HEAD_DIMS:
+        return f"head dim {head_dim} is not one of {HEAD_DIMS}"
+    consumers, registers = config["NUM_CONSUMERS"], config["CONSUMER_REGISTERS"]
+    _, first = register_split(consumers, registers)
+    if first != registers:
+        fits = [r for r in CHOICES["CONSUMER_REGISTERS"] if register_split(consumers, r)[1] == r]
+        return (
+            f"CONSUMER_REGISTERS={registers} with {consumers} consumer(s) leaves the first consumer {first} "
+            f"registers; choose one of {fits}"
+        )
+    used = shared_memory_bytes(config, head_dim)
+    if used > SHARED_MEMORY_BYTES:
+        return f"the tiles take {used} bytes of shared memory, over the {SHARED_MEMORY_BYTES} a program may use"
+    return None
