@@ -21,7 +21,7 @@ from hopper_attention_compile import ptxas_report
 from hopper_compile import compile_with_given_triton, describe
 
 TWO = {"BLOCK_M": 64, "BLOCK_N": 64, "NUM_STAGES": 2, "NUM_CONSUMERS": 2, "CONSUMER_REGISTERS": 240, "DQ": "atomic",
-       "SPLIT_DS": False}  # fmt: skip
+       "SPLIT_DS": False, "EARLY_DP": False}  # fmt: skip
 ONE = {**TWO, "NUM_CONSUMERS": 1, "CONSUMER_REGISTERS": 232}
 CASES = [
     (f"d{d}-{'causal' if causal else 'full'}-{name}", d, causal, "bfloat16", config)
@@ -30,6 +30,7 @@ CASES = [
     for name, config in (("atomic", TWO), ("separate", {**TWO, "DQ": "separate"}))
 ] + [
     ("d128-full-one-consumer", 128, False, "bfloat16", ONE),
+    ("d128-full-early-dp", 128, False, "bfloat16", {**TWO, "EARLY_DP": True}),
     ("d128-causal-split-ds", 128, True, "bfloat16", {**TWO, "SPLIT_DS": True}),
     ("d64-full-m128-n128", 64, False, "bfloat16", {**TWO, "BLOCK_M": 128, "BLOCK_N": 128, "NUM_CONSUMERS": 1,
                                                     "CONSUMER_REGISTERS": 232}),

@@ -49,7 +49,7 @@ if GLUON_MISSING is None:
 @_jit
 def _dkdv_step(dk, dv, k, v, q_buf, do_buf, tiles, ptrs, row_base, m, keys, key_ok, masked, qk_scale, sm_scale,
                BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr, CAUSAL: gl.constexpr,
-               ATOMIC_DQ: gl.constexpr, SPLIT_DS: gl.constexpr):
+               ATOMIC_DQ: gl.constexpr, SPLIT_DS: gl.constexpr, EARLY_DP: gl.constexpr):
     """Query block m of one head against the held keys: (dk, dv) with its terms added; with ATOMIC_DQ its dQ
     added into the float32 buffer. P^T and dS^T reach their matmuls through shared memory (no register operands
     to hold while the wgmmas run). Queries past Nq load as zeros with lse and delta 0: P = 1 there meets dO = 0
@@ -63,7 +63,8 @@ def _dkdv_step(dk, dv, k, v, q_buf, do_buf, tiles, ptrs, row_base, m, keys, key_
     dtype: gl.constexpr = k.dtype
     s_zero = gl.zeros([BLOCK_N, BLOCK_M], gl.float32, s_layout)
     s_tok = warpgroup_mma(k, q_buf.permute((1, 0)), s_zero, use_acc=False, is_async=True)
-    dp_tok = warpgroup_mma(v, do_buf.permute((1, 0)), s_zero, use_acc=False, is_async=True)
+    if EARLY_DP:
+        dp_tok = warpgroup_mma(v, do_buf.permute((1, 0)), s_zero, use_acc=False, is_async=True)
     columns = gl.arange(0, BLOCK_M, gl.SliceLayout(0, s_layout))
     queries = m * BLOCK_M + columns
     lse = gl.load(lse_ptr + (row_base + m * BLOCK_M) + columns)  # padded rows: no mask, constant offsets
@@ -76,6 +77,8 @@ def _dkdv_step(dk, dv, k, v, q_buf, do_buf, tiles, ptrs, row_base, m, keys, key_
         p = gl.where(ok, p, 0.0)
     p_buf.store(p.to(dtype))  # its last reader, the previous block's dV wgmma, has retired
     fence_async_shared()
+    if not EARLY_DP:
+        dp_tok = warpgroup_mma(v, do_buf.permute((1, 0)), s_zero, use_acc=False, is_async=True)
     dv_tok = warpgroup_mma(p_buf, do_buf, dv, is_async=True)
     delta = gl.load(delta_ptr + (row_base + m * BLOCK_M) + columns)  # loaded late: fewer registers
     dp = warpgroup_mma_wait(1, deps=(dp_tok,))  # groups retire in order: dV may still run
@@ -110,7 +113,7 @@ def _dkdv_step(dk, dv, k, v, q_buf, do_buf, tiles, ptrs, row_base, m, keys, key_
 def _dkdv_consumer(descs, bufs, bars, ptrs, b, kv_head, n0, n_heads, group, nq_pad, nk, m_lo, n_per_head, n_steps,
                    qk_scale, sm_scale, CONSUMER: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
                    HEAD_DIM: gl.constexpr, NUM_STAGES: gl.constexpr, CAUSAL: gl.constexpr, ATOMIC_DQ: gl.constexpr,
-                   SPLIT_DS: gl.constexpr):
+                   SPLIT_DS: gl.constexpr, EARLY_DP: gl.constexpr):
     """One warpgroup: dK and dV of keys key0..key0+BLOCK_N over the query blocks the loader streams; blocks
     before the first that sees one of its keys (causal) it releases unread."""
     dk_desc, dv_desc = descs
@@ -150,8 +153,8 @@ def _dkdv_consumer(descs, bufs, bars, ptrs, b, kv_head, n0, n_heads, group, nq_p
             row_base = (b * n_heads + head).to(gl.int64) * nq_pad
             dk, dv = _dkdv_step(dk, dv, k, v, q_bufs.index(stage).reshape([BLOCK_M, HEAD_DIM]),
                                 do_bufs.index(stage).reshape([BLOCK_M, HEAD_DIM]), tiles, ptrs, row_base, m, keys,
-                                key_ok, masked, qk_scale, sm_scale, BLOCK_M, BLOCK_N, HEAD_DIM, CAUSAL,
-                                ATOMIC_DQ, SPLIT_DS)
+                                key_ok, masked, qk_scale, sm_scale, BLOCK_M, BLOCK_N, HEAD_DIM, CAUSAL, ATOMIC_DQ,
+                                SPLIT_DS, EARLY_DP)
         mbarrier.arrive(q_empty.index(stage))
         mbarrier.arrive(do_empty.index(stage))
     k.store((dk * sm_scale).to(dtype))  # K and V are free: every wgmma reading them has retired
@@ -193,7 +196,7 @@ def _attn_bwd_dkdv_kernel(q_desc, k_desc, v_desc, do_desc, dk_desc, dv_desc, lse
                           n_kv_heads, group, nq, nk, nq_pad, qk_scale, sm_scale, HEAD_DIM: gl.constexpr,
                           BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, NUM_STAGES: gl.constexpr,
                           NUM_CONSUMERS: gl.constexpr, CAUSAL: gl.constexpr, ATOMIC_DQ: gl.constexpr,
-                          SPLIT_DS: gl.constexpr, CONSUMER_REGISTERS: gl.constexpr):
+                          SPLIT_DS: gl.constexpr, EARLY_DP: gl.constexpr, CONSUMER_REGISTERS: gl.constexpr):
     """Program (n, bh): keys n * NUM_CONSUMERS * BLOCK_N.. of key/value head bh % n_kv_heads of batch
     bh // n_kv_heads, against every query block of its group that sees one of them."""
     n0 = gl.program_id(0) * (BLOCK_N * NUM_CONSUMERS)
@@ -239,7 +242,7 @@ def _attn_bwd_dkdv_kernel(q_desc, k_desc, v_desc, do_desc, dk_desc, dv_desc, lse
         gl.warp_specialize([
             (_dkdv_consumer, (descs, bufs, bars, ptrs, b, kv_head, n0, n_heads, group, nq_pad, nk, m_lo, n_per_head,
                               n_steps, qk_scale, sm_scale, 0, BLOCK_M, BLOCK_N, HEAD_DIM, NUM_STAGES, CAUSAL,
-                              ATOMIC_DQ, SPLIT_DS)),
+                              ATOMIC_DQ, SPLIT_DS, EARLY_DP)),
             (_dkdv_loader, (q_desc, do_desc, k_desc, v_desc, bufs, bars, b, kv_head, n0, group, m_lo, n_per_head,
                             n_steps, BLOCK_M, BLOCK_N, NUM_STAGES, NUM_CONSUMERS)),
         ], [1], [24])
@@ -247,10 +250,10 @@ def _attn_bwd_dkdv_kernel(q_desc, k_desc, v_desc, do_desc, dk_desc, dv_desc, lse
         gl.warp_specialize([
             (_dkdv_consumer, (descs, bufs, bars, ptrs, b, kv_head, n0, n_heads, group, nq_pad, nk, m_lo, n_per_head,
                               n_steps, qk_scale, sm_scale, 0, BLOCK_M, BLOCK_N, HEAD_DIM, NUM_STAGES, CAUSAL,
-                              ATOMIC_DQ, SPLIT_DS)),
+                              ATOMIC_DQ, SPLIT_DS, EARLY_DP)),
             (_dkdv_consumer, (descs, bufs, bars, ptrs, b, kv_head, n0, n_heads, group, nq_pad, nk, m_lo, n_per_head,
                               n_steps, qk_scale, sm_scale, 1, BLOCK_M, BLOCK_N, HEAD_DIM, NUM_STAGES, CAUSAL,
-                              ATOMIC_DQ, SPLIT_DS)),
+                              ATOMIC_DQ, SPLIT_DS, EARLY_DP)),
             (_dkdv_loader, (q_desc, do_desc, k_desc, v_desc, bufs, bars, b, kv_head, n0, group, m_lo, n_per_head,
                             n_steps, BLOCK_M, BLOCK_N, NUM_STAGES, NUM_CONSUMERS)),
         ], [4, 1], [CONSUMER_REGISTERS, 24])
@@ -344,7 +347,7 @@ def launch(do, q, k, v, o, lse, dq, dk, dv, causal: bool, scale: float, config: 
         _descriptor(q, block_m), _descriptor(k, block_n), _descriptor(v, block_n), _descriptor(do, block_m),
         _descriptor(dk, block_n), _descriptor(dv, block_n), lse2, delta, dq_acc, heads, kv_heads, heads // kv_heads,
         nq, nk, nq_pad, scale * LOG2E, scale, HEAD_DIM=d, BLOCK_M=block_m, BLOCK_N=block_n, NUM_STAGES=config["NUM_STAGES"],
-        NUM_CONSUMERS=consumers, CAUSAL=causal, ATOMIC_DQ=atomic, SPLIT_DS=config["SPLIT_DS"],
+        NUM_CONSUMERS=consumers, CAUSAL=causal, ATOMIC_DQ=atomic, SPLIT_DS=config["SPLIT_DS"], EARLY_DP=config["EARLY_DP"],
         CONSUMER_REGISTERS=config["CONSUMER_REGISTERS"], num_warps=4, maxnreg=maxnreg,
     )
     if atomic:

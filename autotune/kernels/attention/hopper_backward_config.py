@@ -6,7 +6,9 @@ kernels take, and why a config cannot run at a head dim. A config is a dict:
 - NUM_STAGES: depth of the ring the loader streams (Q and dO blocks; K and V blocks for the dQ kernel);
 - NUM_CONSUMERS: consumer warpgroups a program; CONSUMER_REGISTERS: registers each asks for (register_split);
 - DQ: "atomic" (dQ added into a float32 buffer by the dK/dV kernel) or "separate" (a kernel of its own);
-- SPLIT_DS: dS's rounding remainder as a second matmul operand (flash_attn_backward's ds="split").
+- SPLIT_DS: dS's rounding remainder as a second matmul operand (flash_attn_backward's ds="split");
+- EARLY_DP: dP^T = V dO^T issued with S^T, so that it runs during the exponentials (its accumulator then held
+  through them: more registers), or after P^T is stored.
 """
 
 from __future__ import annotations
@@ -21,10 +23,11 @@ CHOICES = {
     "CONSUMER_REGISTERS": (192, 200, 216, 232, 240),
     "DQ": ("atomic", "separate"),
     "SPLIT_DS": (False, True),
+    "EARLY_DP": (False, True),
 }
 """What each key of the kernel's config may be."""
 DEFAULT_CONFIG = {"BLOCK_M": 64, "BLOCK_N": 64, "NUM_STAGES": 2, "NUM_CONSUMERS": 2, "CONSUMER_REGISTERS": 240,
-                  "DQ": "atomic", "SPLIT_DS": False}  # fmt: skip
+                  "DQ": "atomic", "SPLIT_DS": False, "EARLY_DP": False}  # fmt: skip
 """FlashAttention-3's shape for head dim 128: two consumer warpgroups of 64 keys each, 64-query blocks, dQ by
 atomics."""
 
