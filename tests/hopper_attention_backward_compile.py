@@ -31,10 +31,12 @@ CASES = [
 ] + [
     ("d128-full-one-consumer", 128, False, "bfloat16", ONE),
     ("d128-full-early-dp", 128, False, "bfloat16", {**TWO, "EARLY_DP": True}),
-    ("d128-causal-split-ds", 128, True, "bfloat16", {**TWO, "SPLIT_DS": True}),
+    ("d128-causal-split-ds-separate", 128, True, "bfloat16", {**TWO, "SPLIT_DS": True, "DQ": "separate"}),
+    ("d64-causal-split-ds", 64, True, "bfloat16", {**TWO, "SPLIT_DS": True}),
     ("d64-full-m128-n128", 64, False, "bfloat16", {**TWO, "BLOCK_M": 128, "BLOCK_N": 128, "NUM_CONSUMERS": 1,
                                                     "CONSUMER_REGISTERS": 232}),
-    ("d128-full-three-stages-fp16", 128, False, "float16", {**TWO, "NUM_STAGES": 3}),
+    ("d128-full-three-stages-fp16", 128, False, "float16", {**TWO, "NUM_STAGES": 3, "DQ": "separate"}),
+    ("d128-causal-one-stage", 128, True, "bfloat16", {**TWO, "NUM_STAGES": 1}),
 ]
 """(name, head dim, causal, dtype, config): dQ by atomics and by its own pass, both head dims, causal or not, one
 and two consumers, dS split, larger tiles at head dim 64, a deeper ring, both dtypes."""

@@ -1,12 +1,13 @@
-"""A Hopper-native (sm_90a) attention backward written in Gluon, FlashAttention-3's way. After delta =
-rowsum(dO * O) (flash_attn_backward's own preprocess kernel), one program per NUM_CONSUMERS * BLOCK_N keys of a
-key/value head holds its K and V tiles in shared memory while a producer warp streams the query blocks of every
-query head of its GQA group (Q and dO, by TMA, into a NUM_STAGES-deep ring guarded by mbarriers). Each consumer
-warpgroup owns BLOCK_N of the keys and, per block of BLOCK_M queries, computes by asynchronous wgmma, keys as tile
-rows: S^T = K Q^T and dP^T = V dO^T (both issued before either is waited on), P^T = exp2(S^T - lse) in
-registers, dV += P^T dO (issued while dP^T still runs), dS^T = P^T (dP^T - delta), dK += dS^T Q; with
-DQ="atomic" also dQ = dS K (dS^T through shared memory) added into a float32 buffer by atomics. With
-DQ="separate" a second kernel (hopper_backward_dq.py) computes dQ, one program per block of queries.
+"""A Hopper-native (sm_90a) attention backward written in Gluon, FlashAttention-3's way. A preprocess writes
+delta = rowsum(dO * O) and lse * log2(e) per query row (padded, so the kernels read them unmasked). Then one
+program per NUM_CONSUMERS * BLOCK_N keys of a key/value head holds its K and V tiles in shared memory while a
+producer warp streams the query blocks of every query head of its GQA group (Q and dO, by TMA, into a
+NUM_STAGES-deep ring guarded by mbarriers). Each consumer warpgroup owns BLOCK_N of the keys and, per block of
+BLOCK_M queries, computes by asynchronous wgmma, keys as tile rows: S^T = K Q^T, P^T = exp2(S^T - lse) in
+registers, dP^T = V dO^T (issued with S^T under EARLY_DP), dV += P^T dO, dS^T = P^T (dP^T - delta), dK += dS^T Q,
+P^T and dS^T reaching their matmuls through shared memory. With DQ="atomic" it also computes dQ = dS K and adds it
+into a float32 buffer by TMA reduce-add (FlashAttention-3's way); with DQ="separate" a second kernel
+(hopper_backward_dq.py) computes dQ, one program per block of queries, without atomics.
 
 Same results as flash_attn_backward.launch for half inputs: o (B, Hq, Nq, D), the natural log-sum-exp
 (B, Hq, Nq) float32 contiguous, dO; dq, dk, dv in q's, k's, v's shapes; causal aligned top-left; GQA (Hq a
@@ -36,7 +37,10 @@ from autotune.kernels.common.grid import cdiv
 from autotune.search_spaces.flash_attn_gluon import register_split
 
 if GLUON_MISSING is None:
+    from triton._C.libtriton import ir
     from triton.experimental.gluon import language as gl
+    from triton.experimental.gluon.language._core import builtin
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
     from triton.experimental.gluon.language.nvidia.hopper import (
         fence_async_shared,
         mbarrier,
@@ -45,17 +49,25 @@ if GLUON_MISSING is None:
         warpgroup_mma_wait,
     )
 
+    @builtin
+    def _tma_add(tensor_desc, coord, src, _semantic=None):
+        """Adds the shared-memory tile src into the tensor_desc's tile at coord (cp.reduce.async.bulk.tensor .add),
+        tracked as a TMA store (tma.store_wait): Triton 3.6 has the op (tl's descriptor atomic_add lowers to it)
+        but Gluon does not expose it."""
+        coord = _semantic._convert_to_ir_values(coord, require_i64=False)
+        _semantic.builder.create_async_tma_reduce(ir.DESCRIPTOR_REDUCE_KIND.ADD, tensor_desc.handle, coord, src.handle)
+
 
 @_jit
-def _dkdv_step(dk, dv, k, v, q_buf, do_buf, tiles, ptrs, row_base, m, keys, key_ok, masked, qk_scale, sm_scale,
+def _dkdv_step(dk, dv, k, v, q_buf, do_buf, tiles, ptrs, b, head, row_base, m, key0, nk, masked, qk_scale, sm_scale,
                BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr, CAUSAL: gl.constexpr,
                ATOMIC_DQ: gl.constexpr, SPLIT_DS: gl.constexpr, EARLY_DP: gl.constexpr):
     """Query block m of one head against the held keys: (dk, dv) with its terms added; with ATOMIC_DQ its dQ
     added into the float32 buffer. P^T and dS^T reach their matmuls through shared memory (no register operands
     to hold while the wgmmas run). Queries past Nq load as zeros with lse and delta 0: P = 1 there meets dO = 0
     and Q = 0, adding nothing. Keys past Nk (zeros) are masked: their P would be exp2(-lse), unbounded."""
-    lse_ptr, delta_ptr, dq_ptr = ptrs
-    p_buf, ds_buf, ds_lo_buf = tiles
+    lse_ptr, delta_ptr, dq_desc = ptrs
+    p_buf, ds_buf, ds_lo_buf, dq_buf = tiles
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                        instr_shape=[16, BLOCK_M, 16])
     acc_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
@@ -66,14 +78,14 @@ def _dkdv_step(dk, dv, k, v, q_buf, do_buf, tiles, ptrs, row_base, m, keys, key_
     if EARLY_DP:
         dp_tok = warpgroup_mma(v, do_buf.permute((1, 0)), s_zero, use_acc=False, is_async=True)
     columns = gl.arange(0, BLOCK_M, gl.SliceLayout(0, s_layout))
-    queries = m * BLOCK_M + columns
     lse = gl.load(lse_ptr + (row_base + m * BLOCK_M) + columns)  # padded rows: no mask, constant offsets
     s = warpgroup_mma_wait(1, deps=(s_tok,))
     p = gl.exp2(s * qk_scale - gl.expand_dims(lse, 0))
-    if masked:
-        ok = key_ok
+    if masked:  # in tile coordinates, so that no index vector lives across the loop
+        rows = gl.arange(0, BLOCK_N, gl.SliceLayout(1, s_layout))
+        ok = gl.expand_dims(rows < nk - key0, 1)
         if CAUSAL:
-            ok = ok & (gl.expand_dims(keys, 1) <= gl.expand_dims(queries, 0))
+            ok = ok & (gl.expand_dims(rows + (key0 - m * BLOCK_M), 1) <= gl.expand_dims(columns, 0))
         p = gl.where(ok, p, 0.0)
     p_buf.store(p.to(dtype))  # its last reader, the previous block's dV wgmma, has retired
     fence_async_shared()
@@ -98,11 +110,11 @@ def _dkdv_step(dk, dv, k, v, q_buf, do_buf, tiles, ptrs, row_base, m, keys, key_
         dk_tok = warpgroup_mma(ds_lo_buf, q_buf, dk_tok, is_async=True)
     if ATOMIC_DQ:
         dv, dq = warpgroup_mma_wait(1, deps=(dv_tok, dq_tok))
-        rows = gl.arange(0, BLOCK_M, gl.SliceLayout(1, acc_layout))
-        cols = gl.arange(0, HEAD_DIM, gl.SliceLayout(0, acc_layout))
-        # The padded buffer takes every row unmasked: one base, and offsets the addresses take as immediates.
-        offsets = gl.expand_dims(rows, 1) * HEAD_DIM + gl.expand_dims(cols, 0)
-        gl.atomic_add(dq_ptr + (row_base + m * BLOCK_M) * HEAD_DIM + offsets, dq * sm_scale, sem="relaxed")
+        tma.store_wait(0)  # the previous block's add has read dq_buf
+        gl.thread_barrier()
+        dq_buf.reshape([BLOCK_M, HEAD_DIM]).store(dq * sm_scale)
+        fence_async_shared()
+        _tma_add(dq_desc, [b, head, m * BLOCK_M, 0], dq_buf)  # into the float32 buffer, rows padded
         dk = warpgroup_mma_wait(0, deps=(dk_tok,))
     else:
         dv, dk = warpgroup_mma_wait(0, deps=(dv_tok, dk_tok))
@@ -117,7 +129,7 @@ def _dkdv_consumer(descs, bufs, bars, ptrs, b, kv_head, n0, n_heads, group, nq_p
     """One warpgroup: dK and dV of keys key0..key0+BLOCK_N over the query blocks the loader streams; blocks
     before the first that sees one of its keys (causal) it releases unread."""
     dk_desc, dv_desc = descs
-    k_bufs, v_bufs, q_bufs, do_bufs, p_bufs, ds_bufs, ds_lo_bufs = bufs
+    k_bufs, v_bufs, q_bufs, do_bufs, p_bufs, ds_bufs, ds_lo_bufs, dq_bufs = bufs
     kv_bars, q_ready, q_empty, do_ready, do_empty = bars
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                        instr_shape=[16, BLOCK_M, 16])
@@ -128,14 +140,13 @@ def _dkdv_consumer(descs, bufs, bars, ptrs, b, kv_head, n0, n_heads, group, nq_p
     first = m_lo
     if CAUSAL:
         first = key0 // BLOCK_M  # the first query block that sees one of these keys
-    keys = key0 + gl.arange(0, BLOCK_N, gl.SliceLayout(1, s_layout))
-    key_ok = gl.expand_dims(keys < nk, 1)
     ragged = key0 + BLOCK_N > nk
     k_buf = k_bufs.index(CONSUMER)
     v_buf = v_bufs.index(CONSUMER)
     k = k_buf.reshape([BLOCK_N, HEAD_DIM])
     v = v_buf.reshape([BLOCK_N, HEAD_DIM])
-    tiles = (p_bufs.index(CONSUMER), ds_bufs.index(CONSUMER), ds_lo_bufs.index(CONSUMER if SPLIT_DS else 0))
+    tiles = (p_bufs.index(CONSUMER), ds_bufs.index(CONSUMER), ds_lo_bufs.index(CONSUMER if SPLIT_DS else 0),
+             dq_bufs.index(CONSUMER if ATOMIC_DQ else 0))
     dk = gl.zeros([BLOCK_N, HEAD_DIM], gl.float32, acc_layout)
     dv = gl.zeros([BLOCK_N, HEAD_DIM], gl.float32, acc_layout)
     mbarrier.wait(kv_bars.index(CONSUMER), 0)
@@ -152,8 +163,8 @@ def _dkdv_consumer(descs, bufs, bars, ptrs, b, kv_head, n0, n_heads, group, nq_p
                 masked = masked | (m * BLOCK_M < key0 + BLOCK_N - 1)
             row_base = (b * n_heads + head).to(gl.int64) * nq_pad
             dk, dv = _dkdv_step(dk, dv, k, v, q_bufs.index(stage).reshape([BLOCK_M, HEAD_DIM]),
-                                do_bufs.index(stage).reshape([BLOCK_M, HEAD_DIM]), tiles, ptrs, row_base, m, keys,
-                                key_ok, masked, qk_scale, sm_scale, BLOCK_M, BLOCK_N, HEAD_DIM, CAUSAL, ATOMIC_DQ,
+                                do_bufs.index(stage).reshape([BLOCK_M, HEAD_DIM]), tiles, ptrs, b, head, row_base, m, key0,
+                                nk, masked, qk_scale, sm_scale, BLOCK_M, BLOCK_N, HEAD_DIM, CAUSAL, ATOMIC_DQ,
                                 SPLIT_DS, EARLY_DP)
         mbarrier.arrive(q_empty.index(stage))
         mbarrier.arrive(do_empty.index(stage))
@@ -172,7 +183,7 @@ def _dkdv_loader(q_desc, do_desc, k_desc, v_desc, bufs, bars, b, kv_head, n0, gr
     """The producer warp: each consumer's K and V once, then Q and dO of query blocks m_lo.. of each query head
     of the group, on barriers of their own so that S^T can start before dO lands. Rows past the ends arrive as
     zeros (TMA clips each dimension)."""
-    k_bufs, v_bufs, q_bufs, do_bufs, p_bufs, ds_bufs, ds_lo_bufs = bufs
+    k_bufs, v_bufs, q_bufs, do_bufs, p_bufs, ds_bufs, ds_lo_bufs, dq_bufs = bufs
     kv_bars, q_ready, q_empty, do_ready, do_empty = bars
     for c in gl.static_range(NUM_CONSUMERS):
         mbarrier.expect(kv_bars.index(c), k_desc.block_type.nbytes + v_desc.block_type.nbytes)
@@ -192,7 +203,7 @@ def _dkdv_loader(q_desc, do_desc, k_desc, v_desc, bufs, bars, b, kv_head, n0, gr
 
 
 @_jit(do_not_specialize=["n_heads", "n_kv_heads", "group", "nq", "nk"])
-def _attn_bwd_dkdv_kernel(q_desc, k_desc, v_desc, do_desc, dk_desc, dv_desc, lse_ptr, delta_ptr, dq_ptr, n_heads,
+def _attn_bwd_dkdv_kernel(q_desc, k_desc, v_desc, do_desc, dk_desc, dv_desc, lse_ptr, delta_ptr, dq_desc, n_heads,
                           n_kv_heads, group, nq, nk, nq_pad, qk_scale, sm_scale, HEAD_DIM: gl.constexpr,
                           BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, NUM_STAGES: gl.constexpr,
                           NUM_CONSUMERS: gl.constexpr, CAUSAL: gl.constexpr, ATOMIC_DQ: gl.constexpr,
@@ -212,6 +223,7 @@ def _attn_bwd_dkdv_kernel(q_desc, k_desc, v_desc, do_desc, dk_desc, dv_desc, lse
     dtype: gl.constexpr = q_desc.dtype
     ds_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_N, BLOCK_M], dtype)
     lo_count: gl.constexpr = NUM_CONSUMERS if SPLIT_DS else 1
+    dq_count: gl.constexpr = NUM_CONSUMERS if ATOMIC_DQ else 1
     k_bufs = gl.allocate_shared_memory(dtype, [NUM_CONSUMERS] + k_desc.block_type.shape, k_desc.layout)
     v_bufs = gl.allocate_shared_memory(dtype, [NUM_CONSUMERS] + v_desc.block_type.shape, v_desc.layout)
     q_bufs = gl.allocate_shared_memory(dtype, [NUM_STAGES] + q_desc.block_type.shape, q_desc.layout)
@@ -219,6 +231,7 @@ def _attn_bwd_dkdv_kernel(q_desc, k_desc, v_desc, do_desc, dk_desc, dv_desc, lse
     p_bufs = gl.allocate_shared_memory(dtype, [NUM_CONSUMERS, BLOCK_N, BLOCK_M], ds_layout)
     ds_bufs = gl.allocate_shared_memory(dtype, [NUM_CONSUMERS, BLOCK_N, BLOCK_M], ds_layout)
     ds_lo_bufs = gl.allocate_shared_memory(dtype, [lo_count, BLOCK_N, BLOCK_M], ds_layout)
+    dq_bufs = gl.allocate_shared_memory(gl.float32, [dq_count] + dq_desc.block_type.shape, dq_desc.layout)
     kv_bars = gl.allocate_shared_memory(gl.int64, [NUM_CONSUMERS, 1], mbarrier.MBarrierLayout())
     q_ready = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
     q_empty = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
@@ -234,9 +247,9 @@ def _attn_bwd_dkdv_kernel(q_desc, k_desc, v_desc, do_desc, dk_desc, dv_desc, lse
     fence_async_shared()  # the initialized barriers, visible to the TMA unit
 
     descs = (dk_desc, dv_desc)
-    bufs = (k_bufs, v_bufs, q_bufs, do_bufs, p_bufs, ds_bufs, ds_lo_bufs)
+    bufs = (k_bufs, v_bufs, q_bufs, do_bufs, p_bufs, ds_bufs, ds_lo_bufs, dq_bufs)
     bars = (kv_bars, q_ready, q_empty, do_ready, do_empty)
-    ptrs = (lse_ptr, delta_ptr, dq_ptr)
+    ptrs = (lse_ptr, delta_ptr, dq_desc)
     # The argument tuples are written out in the calls: a tuple held in a variable loses its constexprs.
     if NUM_CONSUMERS == 1:
         gl.warp_specialize([
@@ -314,6 +327,13 @@ def supported(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = 
     return None if config is None else config_problem(config, q.shape[-1])
 
 
+def _float32_descriptor(t: torch.Tensor, rows: int) -> TensorDescriptor:
+    """A TMA descriptor over a contiguous float32 (B, H, N, D), adding [1, 1, rows, D] tiles."""
+    block = [1, 1, rows, t.shape[-1]]
+    return TensorDescriptor(t, list(t.shape), list(t.stride()), block,
+                            gl.NVMMASharedLayout.get_default_for(block, gl.float32))
+
+
 def _addressable(t: torch.Tensor) -> torch.Tensor:
     return t if hopper_forward._tma_problem("t", t) is None else t.contiguous()
 
@@ -341,11 +361,12 @@ def launch(do, q, k, v, o, lse, dq, dk, dv, causal: bool, scale: float, config: 
     block_m, block_n, consumers = config["BLOCK_M"], config["BLOCK_N"], config["NUM_CONSUMERS"]
     maxnreg, _ = register_split(consumers, config["CONSUMER_REGISTERS"])
     atomic = config["DQ"] == "atomic"
-    # Added into from many programs, from zero; padded as lse2 and delta are.
-    dq_acc = torch.zeros((batch, heads, nq_pad, d), dtype=torch.float32, device=q.device) if atomic else delta
+    # Added into from many programs, from zero; its rows padded as lse2's and delta's (unused where not atomic).
+    make = torch.zeros if atomic else torch.empty
+    dq_acc = make((batch, heads, nq_pad if atomic else block_m, d), dtype=torch.float32, device=q.device)
     kernels["dkdv"] = _attn_bwd_dkdv_kernel[(cdiv(nk, block_n * consumers), batch * kv_heads)](
         _descriptor(q, block_m), _descriptor(k, block_n), _descriptor(v, block_n), _descriptor(do, block_m),
-        _descriptor(dk, block_n), _descriptor(dv, block_n), lse2, delta, dq_acc, heads, kv_heads, heads // kv_heads,
+        _descriptor(dk, block_n), _descriptor(dv, block_n), lse2, delta, _float32_descriptor(dq_acc, block_m), heads, kv_heads, heads // kv_heads,
         nq, nk, nq_pad, scale * LOG2E, scale, HEAD_DIM=d, BLOCK_M=block_m, BLOCK_N=block_n, NUM_STAGES=config["NUM_STAGES"],
         NUM_CONSUMERS=consumers, CAUSAL=causal, ATOMIC_DQ=atomic, SPLIT_DS=config["SPLIT_DS"], EARLY_DP=config["EARLY_DP"],
         CONSUMER_REGISTERS=config["CONSUMER_REGISTERS"], num_warps=4, maxnreg=maxnreg,

@@ -5,7 +5,8 @@ kernels take, and why a config cannot run at a head dim. A config is a dict:
 - BLOCK_N: keys one consumer warpgroup of the dK/dV kernel holds (queries one of the dQ kernel holds);
 - NUM_STAGES: depth of the ring the loader streams (Q and dO blocks; K and V blocks for the dQ kernel);
 - NUM_CONSUMERS: consumer warpgroups a program; CONSUMER_REGISTERS: registers each asks for (register_split);
-- DQ: "atomic" (dQ added into a float32 buffer by the dK/dV kernel) or "separate" (a kernel of its own);
+- DQ: "atomic" (the dK/dV kernel adds each block's dQ into a float32 buffer by TMA reduce-add, as FlashAttention-3
+  does) or "separate" (a kernel of its own, no atomics);
 - SPLIT_DS: dS's rounding remainder as a second matmul operand (flash_attn_backward's ds="split");
 - EARLY_DP: dP^T = V dO^T issued with S^T, so that it runs during the exponentials (its accumulator then held
   through them: more registers), or after P^T is stored.
@@ -34,12 +35,13 @@ atomics."""
 
 def shared_memory_bytes(config: dict, head_dim: int, element_size: int = 2) -> int:
     """Shared memory the dK/dV kernel takes (the dQ kernel takes less): K and V per consumer, the Q/dO ring, the
-    P^T and dS^T tiles (and dS^T's remainder) per consumer."""
+    P^T and dS^T tiles (and dS^T's remainder) per consumer, and with atomic dQ a float32 dQ tile per consumer."""
     m, n, stages, consumers = (config[k] for k in ("BLOCK_M", "BLOCK_N", "NUM_STAGES", "NUM_CONSUMERS"))
     held = 2 * consumers * n * head_dim
     ring = 2 * stages * m * head_dim
     p_ds = consumers * n * m * (3 if config["SPLIT_DS"] else 2)
-    return (held + ring + p_ds) * element_size + BARRIER_BYTES
+    dq = consumers * m * head_dim * 4 if config["DQ"] == "atomic" else 0  # float32, for the TMA reduce-add
+    return (held + ring + p_ds) * element_size + dq + BARRIER_BYTES
 
 
 def config_problem(config: dict, head_dim: int) -> str | None:
