@@ -25,13 +25,14 @@ import triton
 import triton.language as tl
 
 from autotune.kernels.attention import hopper_forward
-from autotune.kernels.attention.hopper_backward_dq import launch_dq
 from autotune.kernels.attention.hopper_backward_config import (  # noqa: F401 (the kernel's config facts)
+    BARRIER_BYTES,
     CHOICES,
     DEFAULT_CONFIG,
     config_problem,
     shared_memory_bytes,
 )
+from autotune.kernels.attention.hopper_backward_dq import launch_dq
 from autotune.kernels.attention.hopper_forward import GLUON_MISSING, LOG2E, _descriptor, _jit
 from autotune.kernels.common.grid import cdiv
 from autotune.search_spaces.flash_attn_gluon import register_split
@@ -40,7 +41,6 @@ if GLUON_MISSING is None:
     from triton._C.libtriton import ir
     from triton.experimental.gluon import language as gl
     from triton.experimental.gluon.language._core import builtin
-    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
     from triton.experimental.gluon.language.nvidia.hopper import (
         fence_async_shared,
         mbarrier,
@@ -48,6 +48,7 @@ if GLUON_MISSING is None:
         warpgroup_mma,
         warpgroup_mma_wait,
     )
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
     @builtin
     def _tma_add(tensor_desc, coord, src, _semantic=None):
@@ -79,7 +80,10 @@ def _dkdv_step(dk, dv, k, v, q_buf, do_buf, tiles, ptrs, b, head, row_base, m, k
         dp_tok = warpgroup_mma(v, do_buf.permute((1, 0)), s_zero, use_acc=False, is_async=True)
     columns = gl.arange(0, BLOCK_M, gl.SliceLayout(0, s_layout))
     lse = gl.load(lse_ptr + (row_base + m * BLOCK_M) + columns)  # padded rows: no mask, constant offsets
-    s = warpgroup_mma_wait(1, deps=(s_tok,))
+    if EARLY_DP:
+        s = warpgroup_mma_wait(1, deps=(s_tok,))  # groups retire in order: dP^T may still run
+    else:
+        s = warpgroup_mma_wait(0, deps=(s_tok,))
     p = gl.exp2(s * qk_scale - gl.expand_dims(lse, 0))
     if masked:  # in tile coordinates, so that no index vector lives across the loop
         rows = gl.arange(0, BLOCK_N, gl.SliceLayout(1, s_layout))
@@ -131,8 +135,6 @@ def _dkdv_consumer(descs, bufs, bars, ptrs, b, kv_head, n0, n_heads, group, nq_p
     dk_desc, dv_desc = descs
     k_bufs, v_bufs, q_bufs, do_bufs, p_bufs, ds_bufs, ds_lo_bufs, dq_bufs = bufs
     kv_bars, q_ready, q_empty, do_ready, do_empty = bars
-    s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
-                                                       instr_shape=[16, BLOCK_M, 16])
     acc_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                          instr_shape=[16, HEAD_DIM, 16])
     dtype: gl.constexpr = dk_desc.dtype

@@ -2,7 +2,9 @@
 kernels take, and why a config cannot run at a head dim. A config is a dict:
 
 - BLOCK_M: queries per step of the dK/dV kernel (keys per step of the dQ kernel);
-- BLOCK_N: keys one consumer warpgroup of the dK/dV kernel holds (queries one of the dQ kernel holds);
+- BLOCK_N: keys one consumer warpgroup of the dK/dV kernel holds (queries one of the dQ kernel holds): 64, one
+  wgmma's rows, as FlashAttention-3 has it (128 would hold dK and dV in 128 registers a thread at head dim 64,
+  and S^T in another 64: they spill);
 - NUM_STAGES: depth of the ring the loader streams (Q and dO blocks; K and V blocks for the dQ kernel);
 - NUM_CONSUMERS: consumer warpgroups a program; CONSUMER_REGISTERS: registers each asks for (register_split);
 - DQ: "atomic" (the dK/dV kernel adds each block's dQ into a float32 buffer by TMA reduce-add, as FlashAttention-3
@@ -14,11 +16,16 @@ kernels take, and why a config cannot run at a head dim. A config is a dict:
 
 from __future__ import annotations
 
-from autotune.search_spaces.flash_attn_gluon import BARRIER_BYTES, HEAD_DIMS, SHARED_MEMORY_BYTES, register_split
+from autotune.search_spaces.flash_attn_gluon import (  # noqa: F401 (BARRIER_BYTES: for the kernel's callers)
+    BARRIER_BYTES,
+    HEAD_DIMS,
+    SHARED_MEMORY_BYTES,
+    register_split,
+)
 
 CHOICES = {
     "BLOCK_M": (64, 128),
-    "BLOCK_N": (64, 128),
+    "BLOCK_N": (64,),
     "NUM_STAGES": (1, 2, 3, 4),
     "NUM_CONSUMERS": (1, 2),
     "CONSUMER_REGISTERS": (192, 200, 216, 232, 240),
