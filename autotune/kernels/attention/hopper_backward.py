@@ -337,7 +337,7 @@ def _float32_descriptor(t: torch.Tensor, rows: int) -> TensorDescriptor:
 
 
 def _addressable(t: torch.Tensor) -> torch.Tensor:
-    return t if hopper_forward._tma_problem("t", t) is None else t.contiguous()
+    return t if hopper_forward._tma_problem("t", t) is None else t.clone(memory_format=torch.contiguous_format)
 
 
 def launch(do, q, k, v, o, lse, dq, dk, dv, causal: bool, scale: float, config: dict) -> dict:
@@ -384,8 +384,11 @@ def hopper_attention_backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor
                               lse: torch.Tensor, causal: bool = False, scale: float | None = None,
                               config: dict | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(dq, dk, dv), each contiguous in its input's shape, of sdpa's attention with this module's kernels and
-    config (DEFAULT_CONFIG where None); ValueError with supported's reason where it cannot run."""
+    config (DEFAULT_CONFIG where None), from its output o and natural log-sum-exp lse (B, H, Nq) float32;
+    ValueError with supported's reason where it cannot run. Inputs TMA cannot address are copied first."""
     config = dict(DEFAULT_CONFIG if config is None else config)
+    if all(isinstance(t, torch.Tensor) and t.dim() == 4 for t in (q, k, v)):
+        q, k, v = (_addressable(t) for t in (q, k, v))  # a copy where TMA cannot address a layout
     if (reason := supported(q, k, v, causal, scale, config)) is not None:
         raise ValueError(f"hopper_attention_backward: {reason}")
     for name, t in (("do", do), ("o", o)):
