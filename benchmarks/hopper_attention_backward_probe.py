@@ -55,13 +55,13 @@ GRID = [
     BASE,
     {**BASE, "DQ": "separate"},
     {**BASE, "EARLY_DP": True},
-    {**BASE, "NUM_CONSUMERS": 1, "CONSUMER_REGISTERS": 232},
     {**BASE, "DQ": "separate", "SPLIT_DS": True},
+    {**BASE, "BLOCK_M": 128},
     {**BASE, "BLOCK_M": 128, "DQ": "separate"},
 ]
 """FlashAttention-3's shape (two consumers of 64 keys, 64-query blocks, dQ by TMA reduce-add) and its neighbours:
-dQ by its own pass, dP issued early, one consumer, dS split, 128-query blocks (head dim 64 only: at 128 their tiles
-exceed the shared memory). A config whose tiles do not fit a head dim is skipped at it. About half a minute each
+dQ by its own pass, dP issued early, dS split, 128-query blocks (head dim 64 only: at 128 their tiles exceed the
+shared memory). A config whose tiles do not fit a head dim is skipped at it. About half a minute each
 (compiles, checks, timings), by estimate: not yet run on a GPU."""
 QUICK = GRID[:3]
 FORWARD_CONFIG = dict(hopper_forward.DEFAULT_CONFIG)
