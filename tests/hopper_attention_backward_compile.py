@@ -31,6 +31,9 @@ CASES = [
     for name, config in (("atomic", TWO), ("separate", {**TWO, "DQ": "separate"}))
 ] + [
     ("d128-full-one-consumer", 128, False, "bfloat16", ONE),
+    ("d128-full-combined", 128, False, "bfloat16", {**TWO, "DQ": "combined"}),
+    ("d128-causal-combined-three-stages", 128, True, "bfloat16", {**TWO, "DQ": "combined", "NUM_STAGES": 3}),
+    ("d64-causal-combined-split-ds", 64, True, "bfloat16", {**TWO, "DQ": "combined", "SPLIT_DS": True}),
     ("d128-full-early-dp", 128, False, "bfloat16", {**TWO, "EARLY_DP": True}),
     ("d128-causal-split-ds-separate", 128, True, "bfloat16", {**TWO, "SPLIT_DS": True, "DQ": "separate"}),
     ("d64-causal-split-ds", 64, True, "bfloat16", {**TWO, "SPLIT_DS": True}),

@@ -59,7 +59,8 @@ print(hopper_backward.supported(q, q, q))
     "change, head_dim, reason",
     [
         ({"BLOCK_N": 128}, 128, "config['BLOCK_N'] must be one of (64,), got 128"),
-        ({"DQ": "atomics"}, 128, "config['DQ'] must be one of ('atomic', 'separate'), got 'atomics'"),
+        ({"DQ": "atomics"}, 128, "config['DQ'] must be one of ('atomic', 'combined', 'separate'), got 'atomics'"),
+        ({"DQ": "combined", "NUM_CONSUMERS": 1, "CONSUMER_REGISTERS": 232}, 128, "it needs NUM_CONSUMERS=2"),
         ({"SPLIT_DS": 1}, 128, "config['SPLIT_DS'] must be one of (False, True), got 1"),
         ({}, 96, "head dim 96 is not one of (64, 128)"),
         ({"CONSUMER_REGISTERS": 232}, 128, "leaves the first consumer 224 registers; choose one of [192, 216, 240]"),
@@ -71,10 +72,13 @@ def test_a_config_that_cannot_run_is_refused_by_name(change, head_dim, reason):
     assert reason in hopper_backward.config_problem({**hopper_backward.DEFAULT_CONFIG, **change}, head_dim)
 
 
-def test_the_default_config_and_its_separate_dq_run_at_every_head_dim():
+def test_the_default_config_runs_at_every_head_dim_with_each_dq():
     for d in (64, 128):
-        assert hopper_backward.config_problem(hopper_backward.DEFAULT_CONFIG, d) is None
-        assert hopper_backward.config_problem({**hopper_backward.DEFAULT_CONFIG, "DQ": "separate"}, d) is None
+        for dq in ("atomic", "combined", "separate"):
+            assert hopper_backward.config_problem({**hopper_backward.DEFAULT_CONFIG, "DQ": dq}, d) is None
+    # one float32 dQ tile a program instead of one a consumer: room for a third stage at head dim 128
+    combined = {**hopper_backward.DEFAULT_CONFIG, "DQ": "combined", "NUM_STAGES": 3}
+    assert hopper_backward.config_problem(combined, 128) is None
 
 
 @pytest.fixture(scope="module")
@@ -117,7 +121,7 @@ def test_every_case_compiles_for_sm90_with_the_gpu_triton(compiled):
     assert not failures, f"{len(failures)} of {len(lines)} do not compile for sm_90a:\n\n" + "\n\n".join(failures)
     assert {line["head_dim"] for line in lines} == {64, 128}
     assert {line["causal"] for line in lines} == {False, True}
-    assert {line["config"]["DQ"] for line in lines} == {"atomic", "separate"}
+    assert {line["config"]["DQ"] for line in lines} == {"atomic", "combined", "separate"}
     for line in lines:  # the dQ kernel is launched exactly where dQ has a pass of its own
         assert set(line["kernels"]) == ({"dkdv", "dq"} if line["config"]["DQ"] == "separate" else {"dkdv"}), line
 

@@ -60,15 +60,17 @@ if GLUON_MISSING is None:
 
 
 @_jit
-def _dkdv_step(dk, dv, k, v, q_buf, do_buf, tiles, ptrs, b, head, row_base, m, key0, nk, masked, qk_scale, sm_scale,
-               BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr, CAUSAL: gl.constexpr,
-               ATOMIC_DQ: gl.constexpr, SPLIT_DS: gl.constexpr, EARLY_DP: gl.constexpr):
+def _dkdv_step(dk, dv, k, v, q_buf, do_buf, tiles, ptrs, dq_bars, i, b, head, row_base, m, key0, nk, masked, qk_scale,
+               CONSUMER: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr,
+               CAUSAL: gl.constexpr, ATOMIC_DQ: gl.constexpr, COMBINE_DQ: gl.constexpr, SPLIT_DS: gl.constexpr,
+               EARLY_DP: gl.constexpr):
     """Query block m of one head against the held keys: (dk, dv) with its terms added; with ATOMIC_DQ its dQ
     added into the float32 buffer. P^T and dS^T reach their matmuls through shared memory (no register operands
     to hold while the wgmmas run). Queries past Nq load as zeros with lse and delta 0: P = 1 there meets dO = 0
     and Q = 0, adding nothing. Keys past Nk (zeros) are masked: their P would be exp2(-lse), unbounded."""
     lse_ptr, delta_ptr, dq_desc = ptrs
     p_buf, ds_buf, ds_lo_buf, dq_buf = tiles
+    dq_ready, dq_free = dq_bars
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                        instr_shape=[16, BLOCK_M, 16])
     acc_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
@@ -104,7 +106,8 @@ def _dkdv_step(dk, dv, k, v, q_buf, do_buf, tiles, ptrs, b, head, row_base, m, k
     if SPLIT_DS:
         ds_lo_buf.store((ds - ds_hi.to(gl.float32)).to(dtype))
     fence_async_shared()
-    if ATOMIC_DQ:  # issued before dK, so that its atomics overlap dK's wgmma
+    takes_other: gl.constexpr = COMBINE_DQ and CONSUMER == 1  # adds the other consumer's dQ to its own
+    if ATOMIC_DQ and not takes_other:  # issued before dK, so that its add overlaps dK's wgmma
         dq_zero = gl.zeros([BLOCK_M, HEAD_DIM], gl.float32, acc_layout)
         dq_tok = warpgroup_mma(ds_buf.permute((1, 0)), k, dq_zero, use_acc=False, is_async=True)
         if SPLIT_DS:
@@ -112,13 +115,35 @@ def _dkdv_step(dk, dv, k, v, q_buf, do_buf, tiles, ptrs, b, head, row_base, m, k
     dk_tok = warpgroup_mma(ds_buf, q_buf, dk, is_async=True)
     if SPLIT_DS:
         dk_tok = warpgroup_mma(ds_lo_buf, q_buf, dk_tok, is_async=True)
-    if ATOMIC_DQ:
+    dq_tile = dq_buf.reshape([BLOCK_M, HEAD_DIM])
+    if takes_other:
+        # The other consumer's dQ of this block, in dq_buf, is the accumulator: one add for the program's keys.
+        mbarrier.wait(dq_ready, i & 1)
+        dq_tok = warpgroup_mma(ds_buf.permute((1, 0)), k, dq_tile.load(acc_layout), is_async=True)
+        if SPLIT_DS:
+            dq_tok = warpgroup_mma(ds_lo_buf.permute((1, 0)), k, dq_tok, is_async=True)
+        dv, dk, dq = warpgroup_mma_wait(0, deps=(dv_tok, dk_tok, dq_tok))
+        gl.thread_barrier()  # every thread has read dq_buf
+        dq_tile.store(dq)
+        fence_async_shared()
+        gl.thread_barrier()
+        _tma_add(dq_desc, [b, head, m * BLOCK_M, 0], dq_buf)  # unscaled, into the float32 buffer, rows padded
+    elif COMBINE_DQ:  # the first consumer hands its dQ to the second
+        dv, dq = warpgroup_mma_wait(1, deps=(dv_tok, dq_tok))
+        mbarrier.wait(dq_free, (i & 1) ^ 1)  # the second has added the previous block's (a fresh barrier passes)
+        dq_tile.store(dq)
+        fence_async_shared()
+        gl.thread_barrier()
+        mbarrier.arrive(dq_ready)
+        dk = warpgroup_mma_wait(0, deps=(dk_tok,))
+    elif ATOMIC_DQ:
         dv, dq = warpgroup_mma_wait(1, deps=(dv_tok, dq_tok))
         tma.store_wait(0)  # the previous block's add has read dq_buf
         gl.thread_barrier()
-        dq_buf.reshape([BLOCK_M, HEAD_DIM]).store(dq * sm_scale)
+        dq_tile.store(dq)
         fence_async_shared()
-        _tma_add(dq_desc, [b, head, m * BLOCK_M, 0], dq_buf)  # into the float32 buffer, rows padded
+        gl.thread_barrier()
+        _tma_add(dq_desc, [b, head, m * BLOCK_M, 0], dq_buf)  # unscaled, into the float32 buffer, rows padded
         dk = warpgroup_mma_wait(0, deps=(dk_tok,))
     else:
         dv, dk = warpgroup_mma_wait(0, deps=(dv_tok, dk_tok))
@@ -129,12 +154,14 @@ def _dkdv_step(dk, dv, k, v, q_buf, do_buf, tiles, ptrs, b, head, row_base, m, k
 def _dkdv_consumer(descs, bufs, bars, ptrs, b, kv_head, n0, n_heads, group, nq_pad, nk, m_lo, n_per_head, n_steps,
                    qk_scale, sm_scale, CONSUMER: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
                    HEAD_DIM: gl.constexpr, NUM_STAGES: gl.constexpr, CAUSAL: gl.constexpr, ATOMIC_DQ: gl.constexpr,
-                   SPLIT_DS: gl.constexpr, EARLY_DP: gl.constexpr):
+                   COMBINE_DQ: gl.constexpr, SPLIT_DS: gl.constexpr, EARLY_DP: gl.constexpr):
     """One warpgroup: dK and dV of keys key0..key0+BLOCK_N over the query blocks the loader streams; blocks
-    before the first that sees one of its keys (causal) it releases unread."""
+    before the first that sees one of its keys (causal) it releases unread. With COMBINE_DQ the second consumer
+    adds each block's dQ of the first to its own and issues the one reduce-add of both (the first consumer sees
+    every block its program's loader streams: it never skips one)."""
     dk_desc, dv_desc = descs
     k_bufs, v_bufs, q_bufs, do_bufs, p_bufs, ds_bufs, ds_lo_bufs, dq_bufs = bufs
-    kv_bars, q_ready, q_empty, do_ready, do_empty = bars
+    kv_bars, q_ready, q_empty, do_ready, do_empty, dq_ready, dq_free = bars
     acc_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                          instr_shape=[16, HEAD_DIM, 16])
     dtype: gl.constexpr = dk_desc.dtype
@@ -148,7 +175,8 @@ def _dkdv_consumer(descs, bufs, bars, ptrs, b, kv_head, n0, n_heads, group, nq_p
     k = k_buf.reshape([BLOCK_N, HEAD_DIM])
     v = v_buf.reshape([BLOCK_N, HEAD_DIM])
     tiles = (p_bufs.index(CONSUMER), ds_bufs.index(CONSUMER), ds_lo_bufs.index(CONSUMER if SPLIT_DS else 0),
-             dq_bufs.index(CONSUMER if ATOMIC_DQ else 0))
+             dq_bufs.index(CONSUMER if ATOMIC_DQ and not COMBINE_DQ else 0))
+    dq_bars = (dq_ready.index(0), dq_free.index(0))
     dk = gl.zeros([BLOCK_N, HEAD_DIM], gl.float32, acc_layout)
     dv = gl.zeros([BLOCK_N, HEAD_DIM], gl.float32, acc_layout)
     mbarrier.wait(kv_bars.index(CONSUMER), 0)
@@ -157,6 +185,11 @@ def _dkdv_consumer(descs, bufs, bars, ptrs, b, kv_head, n0, n_heads, group, nq_p
         phase = (i // NUM_STAGES) & 1
         m = m_lo + i % n_per_head
         head = kv_head * group + i // n_per_head
+        if COMBINE_DQ and CONSUMER == 1:
+            if i > 0:  # the previous block's reduce-add has read dq_buf: the first consumer may write it
+                tma.store_wait(0)
+                gl.thread_barrier()
+                mbarrier.arrive(dq_free.index(0))
         mbarrier.wait(q_ready.index(stage), phase)
         mbarrier.wait(do_ready.index(stage), phase)
         if m >= first:
@@ -165,9 +198,12 @@ def _dkdv_consumer(descs, bufs, bars, ptrs, b, kv_head, n0, n_heads, group, nq_p
                 masked = masked | (m * BLOCK_M < key0 + BLOCK_N - 1)
             row_base = (b * n_heads + head).to(gl.int64) * nq_pad
             dk, dv = _dkdv_step(dk, dv, k, v, q_bufs.index(stage).reshape([BLOCK_M, HEAD_DIM]),
-                                do_bufs.index(stage).reshape([BLOCK_M, HEAD_DIM]), tiles, ptrs, b, head, row_base, m, key0,
-                                nk, masked, qk_scale, sm_scale, BLOCK_M, BLOCK_N, HEAD_DIM, CAUSAL, ATOMIC_DQ,
-                                SPLIT_DS, EARLY_DP)
+                                do_bufs.index(stage).reshape([BLOCK_M, HEAD_DIM]), tiles, ptrs, dq_bars, i, b, head,
+                                row_base, m, key0, nk, masked, qk_scale, CONSUMER, BLOCK_M, BLOCK_N, HEAD_DIM, CAUSAL,
+                                ATOMIC_DQ, COMBINE_DQ, SPLIT_DS, EARLY_DP)
+        elif COMBINE_DQ and CONSUMER == 1:  # none of these keys is seen: the first consumer's dQ alone is added
+            mbarrier.wait(dq_ready.index(0), i & 1)
+            _tma_add(ptrs[2], [b, head, m * BLOCK_M, 0], dq_bufs.index(0))
         mbarrier.arrive(q_empty.index(stage))
         mbarrier.arrive(do_empty.index(stage))
     k.store((dk * sm_scale).to(dtype))  # K and V are free: every wgmma reading them has retired
@@ -186,7 +222,7 @@ def _dkdv_loader(q_desc, do_desc, k_desc, v_desc, bufs, bars, b, kv_head, n0, gr
     of the group, on barriers of their own so that S^T can start before dO lands. Rows past the ends arrive as
     zeros (TMA clips each dimension)."""
     k_bufs, v_bufs, q_bufs, do_bufs, p_bufs, ds_bufs, ds_lo_bufs, dq_bufs = bufs
-    kv_bars, q_ready, q_empty, do_ready, do_empty = bars
+    kv_bars, q_ready, q_empty, do_ready, do_empty, dq_ready, dq_free = bars
     for c in gl.static_range(NUM_CONSUMERS):
         mbarrier.expect(kv_bars.index(c), k_desc.block_type.nbytes + v_desc.block_type.nbytes)
         tma.async_copy_global_to_shared(k_desc, [b, kv_head, n0 + c * BLOCK_N, 0], kv_bars.index(c), k_bufs.index(c))
@@ -209,7 +245,8 @@ def _attn_bwd_dkdv_kernel(q_desc, k_desc, v_desc, do_desc, dk_desc, dv_desc, lse
                           n_kv_heads, group, nq, nk, nq_pad, qk_scale, sm_scale, HEAD_DIM: gl.constexpr,
                           BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, NUM_STAGES: gl.constexpr,
                           NUM_CONSUMERS: gl.constexpr, CAUSAL: gl.constexpr, ATOMIC_DQ: gl.constexpr,
-                          SPLIT_DS: gl.constexpr, EARLY_DP: gl.constexpr, CONSUMER_REGISTERS: gl.constexpr):
+                          COMBINE_DQ: gl.constexpr, SPLIT_DS: gl.constexpr, EARLY_DP: gl.constexpr,
+                          CONSUMER_REGISTERS: gl.constexpr):
     """Program (n, bh): keys n * NUM_CONSUMERS * BLOCK_N.. of key/value head bh % n_kv_heads of batch
     bh // n_kv_heads, against every query block of its group that sees one of them."""
     n0 = gl.program_id(0) * (BLOCK_N * NUM_CONSUMERS)
@@ -225,7 +262,7 @@ def _attn_bwd_dkdv_kernel(q_desc, k_desc, v_desc, do_desc, dk_desc, dv_desc, lse
     dtype: gl.constexpr = q_desc.dtype
     ds_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_N, BLOCK_M], dtype)
     lo_count: gl.constexpr = NUM_CONSUMERS if SPLIT_DS else 1
-    dq_count: gl.constexpr = NUM_CONSUMERS if ATOMIC_DQ else 1
+    dq_count: gl.constexpr = NUM_CONSUMERS if ATOMIC_DQ and not COMBINE_DQ else 1
     k_bufs = gl.allocate_shared_memory(dtype, [NUM_CONSUMERS] + k_desc.block_type.shape, k_desc.layout)
     v_bufs = gl.allocate_shared_memory(dtype, [NUM_CONSUMERS] + v_desc.block_type.shape, v_desc.layout)
     q_bufs = gl.allocate_shared_memory(dtype, [NUM_STAGES] + q_desc.block_type.shape, q_desc.layout)
@@ -239,6 +276,10 @@ def _attn_bwd_dkdv_kernel(q_desc, k_desc, v_desc, do_desc, dk_desc, dv_desc, lse
     q_empty = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
     do_ready = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
     do_empty = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
+    dq_ready = gl.allocate_shared_memory(gl.int64, [1, 1], mbarrier.MBarrierLayout())
+    dq_free = gl.allocate_shared_memory(gl.int64, [1, 1], mbarrier.MBarrierLayout())
+    mbarrier.init(dq_ready.index(0), count=1)
+    mbarrier.init(dq_free.index(0), count=1)
     for i in gl.static_range(NUM_CONSUMERS):
         mbarrier.init(kv_bars.index(i), count=1)
     for i in gl.static_range(NUM_STAGES):
@@ -250,14 +291,14 @@ def _attn_bwd_dkdv_kernel(q_desc, k_desc, v_desc, do_desc, dk_desc, dv_desc, lse
 
     descs = (dk_desc, dv_desc)
     bufs = (k_bufs, v_bufs, q_bufs, do_bufs, p_bufs, ds_bufs, ds_lo_bufs, dq_bufs)
-    bars = (kv_bars, q_ready, q_empty, do_ready, do_empty)
+    bars = (kv_bars, q_ready, q_empty, do_ready, do_empty, dq_ready, dq_free)
     ptrs = (lse_ptr, delta_ptr, dq_desc)
     # The argument tuples are written out in the calls: a tuple held in a variable loses its constexprs.
     if NUM_CONSUMERS == 1:
         gl.warp_specialize([
             (_dkdv_consumer, (descs, bufs, bars, ptrs, b, kv_head, n0, n_heads, group, nq_pad, nk, m_lo, n_per_head,
                               n_steps, qk_scale, sm_scale, 0, BLOCK_M, BLOCK_N, HEAD_DIM, NUM_STAGES, CAUSAL,
-                              ATOMIC_DQ, SPLIT_DS, EARLY_DP)),
+                              ATOMIC_DQ, COMBINE_DQ, SPLIT_DS, EARLY_DP)),
             (_dkdv_loader, (q_desc, do_desc, k_desc, v_desc, bufs, bars, b, kv_head, n0, group, m_lo, n_per_head,
                             n_steps, BLOCK_M, BLOCK_N, NUM_STAGES, NUM_CONSUMERS)),
         ], [1], [24])
@@ -265,10 +306,10 @@ def _attn_bwd_dkdv_kernel(q_desc, k_desc, v_desc, do_desc, dk_desc, dv_desc, lse
         gl.warp_specialize([
             (_dkdv_consumer, (descs, bufs, bars, ptrs, b, kv_head, n0, n_heads, group, nq_pad, nk, m_lo, n_per_head,
                               n_steps, qk_scale, sm_scale, 0, BLOCK_M, BLOCK_N, HEAD_DIM, NUM_STAGES, CAUSAL,
-                              ATOMIC_DQ, SPLIT_DS, EARLY_DP)),
+                              ATOMIC_DQ, COMBINE_DQ, SPLIT_DS, EARLY_DP)),
             (_dkdv_consumer, (descs, bufs, bars, ptrs, b, kv_head, n0, n_heads, group, nq_pad, nk, m_lo, n_per_head,
                               n_steps, qk_scale, sm_scale, 1, BLOCK_M, BLOCK_N, HEAD_DIM, NUM_STAGES, CAUSAL,
-                              ATOMIC_DQ, SPLIT_DS, EARLY_DP)),
+                              ATOMIC_DQ, COMBINE_DQ, SPLIT_DS, EARLY_DP)),
             (_dkdv_loader, (q_desc, do_desc, k_desc, v_desc, bufs, bars, b, kv_head, n0, group, m_lo, n_per_head,
                             n_steps, BLOCK_M, BLOCK_N, NUM_STAGES, NUM_CONSUMERS)),
         ], [4, 1], [CONSUMER_REGISTERS, 24])
@@ -362,7 +403,7 @@ def launch(do, q, k, v, o, lse, dq, dk, dv, causal: bool, scale: float, config: 
     lse2, delta, nq_pad = _rows(o, do, lse)
     block_m, block_n, consumers = config["BLOCK_M"], config["BLOCK_N"], config["NUM_CONSUMERS"]
     maxnreg, _ = register_split(consumers, config["CONSUMER_REGISTERS"])
-    atomic = config["DQ"] == "atomic"
+    atomic = config["DQ"] in ("atomic", "combined")
     # Added into from many programs, from zero; its rows padded as lse2's and delta's (unused where not atomic).
     make = torch.zeros if atomic else torch.empty
     dq_acc = make((batch, heads, nq_pad if atomic else block_m, d), dtype=torch.float32, device=q.device)
@@ -370,11 +411,11 @@ def launch(do, q, k, v, o, lse, dq, dk, dv, causal: bool, scale: float, config: 
         _descriptor(q, block_m), _descriptor(k, block_n), _descriptor(v, block_n), _descriptor(do, block_m),
         _descriptor(dk, block_n), _descriptor(dv, block_n), lse2, delta, _float32_descriptor(dq_acc, block_m), heads, kv_heads, heads // kv_heads,
         nq, nk, nq_pad, scale * LOG2E, scale, HEAD_DIM=d, BLOCK_M=block_m, BLOCK_N=block_n, NUM_STAGES=config["NUM_STAGES"],
-        NUM_CONSUMERS=consumers, CAUSAL=causal, ATOMIC_DQ=atomic, SPLIT_DS=config["SPLIT_DS"], EARLY_DP=config["EARLY_DP"],
+        NUM_CONSUMERS=consumers, CAUSAL=causal, ATOMIC_DQ=atomic, COMBINE_DQ=config["DQ"] == "combined", SPLIT_DS=config["SPLIT_DS"], EARLY_DP=config["EARLY_DP"],
         CONSUMER_REGISTERS=config["CONSUMER_REGISTERS"], num_warps=4, maxnreg=maxnreg,
     )
     if atomic:
-        dq.copy_(dq_acc[:, :, :nq])
+        torch.mul(dq_acc[:, :, :nq], scale, out=dq)  # the kernel adds dQ unscaled; one pass scales and casts
     else:
         kernels["dq"] = launch_dq(do, q, k, v, lse2, delta, nq_pad, dq, causal, scale, config, maxnreg)
     return kernels

@@ -7,8 +7,10 @@ kernels take, and why a config cannot run at a head dim. A config is a dict:
   and S^T in another 64: they spill);
 - NUM_STAGES: depth of the ring the loader streams (Q and dO blocks; K and V blocks for the dQ kernel);
 - NUM_CONSUMERS: consumer warpgroups a program; CONSUMER_REGISTERS: registers each asks for (register_split);
-- DQ: "atomic" (the dK/dV kernel adds each block's dQ into a float32 buffer by TMA reduce-add, as FlashAttention-3
-  does) or "separate" (a kernel of its own, no atomics);
+- DQ: "atomic" (each consumer of the dK/dV kernel adds its dQ of each query block into a float32 buffer by TMA
+  reduce-add), "combined" (the second consumer adds the first's dQ to its own in shared memory and issues one
+  reduce-add for both: half the adds into L2, as FlashAttention-3 has one a program) or "separate" (a kernel of
+  its own, no atomics);
 - SPLIT_DS: dS's rounding remainder as a second matmul operand (flash_attn_backward's ds="split");
 - EARLY_DP: dP^T = V dO^T issued with S^T, so that it runs during the exponentials (its accumulator then held
   through them: more registers), or after P^T is stored.
@@ -29,7 +31,7 @@ CHOICES = {
     "NUM_STAGES": (1, 2, 3, 4),
     "NUM_CONSUMERS": (1, 2),
     "CONSUMER_REGISTERS": (192, 200, 216, 232, 240),
-    "DQ": ("atomic", "separate"),
+    "DQ": ("atomic", "combined", "separate"),
     "SPLIT_DS": (False, True),
     "EARLY_DP": (False, True),
 }
@@ -42,12 +44,14 @@ atomics."""
 
 def shared_memory_bytes(config: dict, head_dim: int, element_size: int = 2) -> int:
     """Shared memory the dK/dV kernel takes (the dQ kernel takes less): K and V per consumer, the Q/dO ring, the
-    P^T and dS^T tiles (and dS^T's remainder) per consumer, and with atomic dQ a float32 dQ tile per consumer."""
+    P^T and dS^T tiles (and dS^T's remainder) per consumer, and a float32 dQ tile per consumer ("atomic") or one
+    ("combined")."""
     m, n, stages, consumers = (config[k] for k in ("BLOCK_M", "BLOCK_N", "NUM_STAGES", "NUM_CONSUMERS"))
     held = 2 * consumers * n * head_dim
     ring = 2 * stages * m * head_dim
     p_ds = consumers * n * m * (3 if config["SPLIT_DS"] else 2)
-    dq = consumers * m * head_dim * 4 if config["DQ"] == "atomic" else 0  # float32, for the TMA reduce-add
+    dq_tiles = {"atomic": consumers, "combined": 1, "separate": 0}[config["DQ"]]
+    dq = dq_tiles * m * head_dim * 4  # float32, for the TMA reduce-add
     return (held + ring + p_ds) * element_size + dq + BARRIER_BYTES
 
 
@@ -61,6 +65,8 @@ def config_problem(config: dict, head_dim: int) -> str | None:
     if head_dim not in HEAD_DIMS:
         return f"head dim {head_dim} is not one of {HEAD_DIMS}"
     consumers, registers = config["NUM_CONSUMERS"], config["CONSUMER_REGISTERS"]
+    if config["DQ"] == "combined" and consumers != 2:
+        return "DQ='combined' adds one consumer's dQ to the other's: it needs NUM_CONSUMERS=2"
     _, first = register_split(consumers, registers)
     if first != registers:
         fits = [r for r in CHOICES["CONSUMER_REGISTERS"] if register_split(consumers, r)[1] == r]
