@@ -14,6 +14,8 @@
 #   export                 the tuned attention rows as a database of their own, to ship or merge
 #   gluon:DTYPE            the Gluon forward for Hopper (hopper_forward.py): its config grid checked against
 #                          float64 and timed against flash_attn and sdpa's cuDNN and flash (hopper_attention_probe.py)
+#   gluon-bwd:DTYPE        the Gluon backward likewise, forward + backward against sdpa's cuDNN, flash and default
+#                          (hopper_attention_backward_probe.py; QUICK=1 for its first 3 configs)
 # For the goals (bf16, D = 128), in this order:
 #   check  fwd:bf16:128:full  fwd:bf16:128:causal  fwd:bf16:128:decode  bwd:bf16:128:full  bwd:bf16:128:causal
 #   compare:bf16  gpu-tests  gate-fwd  gate-bwd  export
@@ -106,6 +108,8 @@ for stage in "$@"; do
         --timeout "$STUDY_TIMEOUT" --out "$OUT/cold-search-flash_attn-$dtype-$GPU" ;;
     gluon) python3 benchmarks/hopper_attention_probe.py --dtype "$dtype" --timeout 240 \
       --out "$OUT/hopper-attention-probe-$dtype-$GPU-$stamp" ;;
+    gluon-bwd) python3 benchmarks/hopper_attention_backward_probe.py --dtype "$dtype" --timeout 150 \
+      ${QUICK:+--quick} --out "$OUT/hopper-attention-backward-probe-$dtype-$GPU-$stamp" ;;
     export)
       rm -f "$OUT/attention-$GPU.sqlite"
       python3 -m autotune db export --gpu "$GPU" -o "$OUT/attention-$GPU.sqlite" &&

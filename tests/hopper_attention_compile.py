@@ -7,8 +7,8 @@ runs it with the GPU machine's Triton.
 Prints JSON lines: first {"triton": version, "path": where it was imported from}, then one per case of CASES:
 {"name", "head_dim", "causal", "dtype", "config", "ok", "seconds"} and, where it compiled, "shared" (bytes the
 program takes), "registers" (the launch's per-thread limit, as ptxas reports it), "spill_stores" and
-"spill_loads" (bytes, from ptxas -v), "setmaxnreg" (the register counts the partitions switch to), or else
-"error".
+"spill_loads" (bytes, from ptxas -v), "setmaxnreg" (the register counts the partitions switch to),
+"wgmma_serialized" (whether ptxas serialized the asynchronous wgmmas), or else "error".
 """
 
 from __future__ import annotations
@@ -60,6 +60,8 @@ def ptxas_report(ptx: str) -> dict[str, object]:
         "spill_stores": int(spills.group(1)) if spills else None,
         "spill_loads": int(spills.group(2)) if spills else None,
         "setmaxnreg": sorted({int(n) for n in re.findall(r"setmaxnreg\.\w+\.sync\.aligned\.u32\s+(\d+)", ptx)}),
+        # ptxas serializes the wgmmas (C7514) where registers of one in flight are read before its wait
+        "wgmma_serialized": "wgmma.mma_async instructions are serialized" in log,
     }
 
 

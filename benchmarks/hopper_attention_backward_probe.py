@@ -1,0 +1,351 @@
+"""Probe of the Gluon attention backward (autotune/kernels/attention/hopper_backward.py) on a Hopper GPU: each config
+of a small grid checked against flash_attn_backward's float64 reference with the gate's comparison (dq, dk, dv),
+then timed on the presets, the backward alone and forward + backward (the Gluon forward at its default config, then
+this backward), against sdpa's flash, cuDNN and default backends and flash_attn (its shipped rows), one run.
+
+    python benchmarks/hopper_attention_backward_probe.py --out benchmarks/results/H100/hopper-attention-backward-probe
+
+Writes OUT.md and OUT.json. Each config runs in a child process of its own under --timeout seconds, so a config
+that fails to compile, computes wrong, crashes or hangs is reported and the probe goes on. Times are medians of
+CUDA-graph replays (autotune.measure.bench.kernel_time); TFLOP/s as FlashAttention counts them: the forward
+4*B*H*Nq*Nk*D (half when causal), the backward 2.5x that, forward + backward 3.5x. The peers' forward + backward
+is a training step through autograd (autotune.measure.peers.training_step). A wrong config is still timed (marked
+"wrong"), but never counted as the best.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+import traceback
+
+import torch
+from tabulate import tabulate
+
+import autotune  # first: picks the Triton interpreter when there is no GPU, before Triton is imported
+from autotune.gate.compare import compare_outputs
+from autotune.kernels import flash_attn
+from autotune.kernels.attention import hopper_backward, hopper_forward
+from autotune.kernels.attention import problems as problems_
+from autotune.measure import bench, environment, report
+from autotune.measure.attention_peers import sdpa_call
+from autotune.measure.peers import PeerUnavailable, training_step
+from autotune.spec import dtype_from_name, shape_label
+
+PRESETS = ("4x16x4096x128", "4x16x4096x128+causal", "16x16x1024x128", "4x32x4096x64")
+PEERS = ("sdpa-cudnn", "sdpa-flash", "sdpa-default")
+EDGE_CHECKS = (
+    problems_.problem(1, 4, 1, 128, kv_heads=2, nk=300),  # one query, GQA
+    problems_.problem(2, 4, 77, 64, kv_heads=1, nk=5, causal=True),  # fewer keys than a block, Nq > Nk
+    problems_.problem(1, 2, 500, 128, nk=70, causal=True),
+    problems_.problem(1, 2, 129, 64, nk=1000, causal=True, magnitude=problems_.BACKWARD_LARGE),  # Nq < Nk
+    problems_.problem(1, 2, 300, 128, nk=301, magnitude=0.01, layout="bnhd"),  # near-uniform, transposed
+    problems_.problem(1, 2, 200, 64, nk=190, scale=0.3, layout="padded"),
+    # One query over a thousand keys of small logits: dS rounded to bfloat16 fails the gate here on the H100 for
+    # flash_attn_backward (its ds="split" passes); SPLIT_DS is this kernel's answer.
+    problems_.problem(1, 2, 1, 64, nk=1021, magnitude=0.01),
+    problems_.problem(1, 2, 1, 128, nk=1021, magnitude=0.01),
+)
+"""Checked besides each preset (at batch 1) and its bucket's edges (lengths up to 2k)."""
+BASE = dict(hopper_backward.DEFAULT_CONFIG)
+GRID = [
+    BASE,
+    {**BASE, "DQ": "combined"},
+    {**BASE, "DQ": "separate"},
+    {**BASE, "DQ": "combined", "NUM_STAGES": 3},
+    {**BASE, "DQ": "combined", "SPLIT_DS": True},
+    {**BASE, "BLOCK_M": 128, "DQ": "combined"},
+]
+"""FlashAttention-3's shape (two consumers of 64 keys, 64-query blocks, dQ by TMA reduce-add) and its neighbours:
+the consumers' dQ combined before one add (and with it a third stage), dQ by its own pass, dS split, 128-query
+blocks (head dim 64 only: at 128 their tiles exceed the shared memory). EARLY_DP is left to --config (it spills more
+at head dim 128). A config whose tiles do not fit a head dim is skipped at it. About half a minute each
+(compiles, checks, timings), by estimate: not yet run on a GPU."""
+QUICK = GRID[:3]
+FORWARD_CONFIG = dict(hopper_forward.DEFAULT_CONFIG)
+"""The Gluon forward's config in forward + backward."""
+
+
+def label(config: dict) -> str:
+    return (
+        f"m{config['BLOCK_M']}n{config['BLOCK_N']}s{config['NUM_STAGES']}c{config['NUM_CONSUMERS']}"
+        f"r{config['CONSUMER_REGISTERS']}-{config['DQ']}{'-split' if config['SPLIT_DS'] else ''}"
+        f"{'-earlydp' if config['EARLY_DP'] else ''}"
+    )
+
+
+def checks(presets: list[dict]) -> list[dict]:
+    """The problems each config is checked on: the presets at batch 1, their buckets' edges, EDGE_CHECKS."""
+    out = []
+    for p in presets:
+        out.append({**p, "batch": 1})
+        small = problems_.problem(
+            1, p["heads"], min(p["nq"], 2048), p["head_dim"], kv_heads=p["kv_heads"], nk=min(p["nk"], 2048),
+            causal=p["causal"],
+        )  # fmt: skip
+        out += problems_.bucket_edges(small, large=problems_.BACKWARD_LARGE)
+    out += [e for e in EDGE_CHECKS if e["head_dim"] in {p["head_dim"] for p in presets}]
+    unique = {json.dumps(p, sort_keys=True): p for p in out}
+    return list(unique.values())
+
+
+def describe(problem: dict) -> str:
+    """A check problem in one phrase: its shape, and its layout, magnitude and scale where not the defaults."""
+    extras = [
+        f"{key} {problem[key]}"
+        for key, plain in (("layout", "contiguous"), ("magnitude", 1.0), ("scale", None))
+        if problem.get(key, plain) != plain
+    ]
+    return " ".join([shape_label(problem), *extras])
+
+
+def _emit(**record) -> None:
+    print(json.dumps(record, default=str), flush=True)
+
+
+def _inputs(problem: dict, dtype: torch.dtype) -> dict:
+    """flash_attn_backward's inputs: q, k, v, dO, and the output and log-sum-exp from float64, rounded."""
+    return autotune.get("flash_attn_backward").make_inputs(problem, dtype, autotune.gpu.device(), 0)
+
+
+def _fits(config: dict, problem: dict) -> bool:
+    return hopper_backward.config_problem(config, problem["head_dim"]) is None
+
+
+def child(config: dict, dtype: torch.dtype, presets: list[dict]) -> None:
+    """One config: every check problem (stops at a call it does not support), then every preset timed, the
+    backward alone and forward + backward; JSON lines."""
+    spec = autotune.get("flash_attn_backward")
+    stage = "checking"
+    try:
+        for problem in checks(presets):
+            if not _fits(config, problem):
+                continue
+            i = _inputs(problem, dtype)
+            try:  # copies what TMA cannot address (the transposed and padded layouts), refuses what it cannot run
+                out = hopper_backward.hopper_attention_backward(
+                    i["do"], i["q"], i["k"], i["v"], i["o"], i["lse"], i["is_causal"], i["scale"], config
+                )
+            except ValueError as exc:
+                _emit(kind="unsupported", reason=str(exc).removeprefix("hopper_attention_backward: "))
+                return
+            if out[0].is_cuda:
+                torch.cuda.synchronize()  # a fault surfaces here, as this check's
+            floor = spec.error_floor(i) if spec.error_floor else None  # as the gate has it
+            err, budget, failure = compare_outputs(out, spec.reference(i), spec.baseline(i), floor)
+            _emit(kind="check", shape=describe(problem), problem=problem, ok=failure is None, error=err,
+                  budget=budget, reason=failure)  # fmt: skip
+        stage = "timing"
+        for problem in presets:
+            if not _fits(config, problem):
+                continue
+            i = _inputs(problem, dtype)
+            q, k, v, do, causal, scale = i["q"], i["k"], i["v"], i["do"], i["is_causal"], i["scale"]
+            o, lse = torch.empty_like(q), q.new_empty(q.shape[:3], dtype=torch.float32)
+            dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+
+            def backward():
+                hopper_backward.launch(do, q, k, v, o, lse, dq, dk, dv, causal, scale, config)
+
+            def training():
+                hopper_forward.launch(q, k, v, o, lse, causal, scale, FORWARD_CONFIG)
+                backward()
+
+            training()  # o and lse, for the backward alone
+            flops = problems_.forward_cost(problem, dtype).flops
+            for name, call, factor in (("backward", backward, 2.5), ("forward+backward", training, 3.5)):
+                ms, method = bench.kernel_time(call, warmup_ms=25, rep_ms=200)
+                _emit(kind="time", shape=shape_label(problem), what=name, ms=ms, method=method,
+                      tflops=factor * flops / ms / 1e9)  # fmt: skip
+    except Exception as exc:
+        _emit(kind="error", stage=stage, error="".join(traceback.format_exception(exc, limit=-3))[-3000:])
+
+
+def run_config(config: dict, dtype_name: str, shapes: list[str], timeout: float) -> dict:
+    """config's child process, under timeout: its checks, times, and what stopped it, if anything."""
+    command = [sys.executable, __file__, "--child", json.dumps(config), "--dtype", dtype_name]
+    command += [arg for s in shapes for arg in ("--shape", s)]
+    start = time.perf_counter()
+    try:
+        run = subprocess.run(command, capture_output=True, text=True, timeout=timeout)
+        result = outcome(config, run.stdout, run.stderr, run.returncode)
+    except subprocess.TimeoutExpired as exc:
+        stdout = exc.stdout.decode(errors="replace") if isinstance(exc.stdout, bytes) else exc.stdout or ""
+        result = outcome(config, stdout, "", 0, f"timed out after {timeout:.0f} s (a hang?)")
+    result["seconds"] = round(time.perf_counter() - start, 1)
+    return result
+
+
+def outcome(config: dict, stdout: str, stderr: str, returncode: int, stopped: str | None = None) -> dict:
+    """What a config's child said in its JSON lines: its checks, its times by shape and what was timed, and a
+    status: "ok", or each of: wrong on some checks (the first failure's shape and reason), unsupported, an error,
+    the child's exit, `stopped` (a timeout)."""
+    result = {"config": config, "label": label(config), "checks": [], "times": {}}
+    said = []
+    for line in stdout.splitlines():
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if record["kind"] == "check":
+            result["checks"].append(record)
+        elif record["kind"] == "time":
+            result["times"].setdefault(record["shape"], {})[record["what"]] = record
+        elif record["kind"] == "unsupported":
+            said.append(f"unsupported: {record['reason']}")
+        else:
+            said.append(f"error while {record['stage']}: {record['error']}")
+    failed = [c for c in result["checks"] if not c["ok"]]
+    if failed:
+        said.insert(
+            0,
+            f"wrong on {len(failed)} of {len(result['checks'])} checks, first {failed[0]['shape']}: "
+            f"{failed[0]['reason']}",
+        )
+    if returncode != 0:
+        said.append(f"child exited with {returncode}: {stderr.strip()[-1500:]}")
+    if stopped:
+        said.append(stopped)
+    result["status"] = "; ".join(said) or "ok"
+    return result
+
+
+def baselines(presets: list[dict], dtype: torch.dtype) -> dict:
+    """Forward + backward TFLOP/s of flash_attn (its rows for this GPU) and each sdpa peer on each preset, or why
+    there is none."""
+    out = {}
+    for problem in presets:
+        inputs = autotune.get("flash_attn").make_inputs(problem, dtype, autotune.gpu.device(), 0)
+        flops = 3.5 * problems_.forward_cost(problem, dtype).flops
+        calls = {
+            "flash_attn": training_step(
+                lambda i: flash_attn(i["q"], i["k"], i["v"], is_causal=i["is_causal"], scale=i["scale"],
+                                     enable_gqa=i["enable_gqa"]),
+                inputs,
+            )
+        }  # fmt: skip
+        for peer in PEERS:
+            try:
+                calls[peer] = sdpa_call(peer, inputs, backward=True)
+            except PeerUnavailable as exc:
+                calls[peer] = str(exc)
+        row = {}
+        for name, call in calls.items():
+            if isinstance(call, str):
+                row[name] = {"unsupported": call}
+                continue
+            try:
+                ms, method = bench.kernel_time(call, warmup_ms=25, rep_ms=200)
+                row[name] = {"ms": ms, "method": method, "tflops": flops / ms / 1e9}
+            except Exception as exc:
+                row[name] = {"error": f"{type(exc).__name__}: {str(exc).strip()[:300]}"}
+        out[shape_label(problem)] = row
+    return out
+
+
+def _tflops(config: dict, shape: str, what: str) -> float | None:
+    return config["times"].get(shape, {}).get(what, {}).get("tflops")
+
+
+def text(result: dict) -> str:
+    """The markdown: where it ran, each config's status, forward + backward TFLOP/s per preset against the peers,
+    the best correct config's ratios, and each config's forward + backward / backward-alone TFLOP/s."""
+    shapes = [shape_label(p) for p in result["presets"]]
+    configs = result["configs"]
+    status = [
+        {"config": c["label"], "status": c["status"], "checks passed": sum(x["ok"] for x in c["checks"]),
+         "checks": len(c["checks"]), "seconds": c["seconds"]}
+        for c in configs
+    ]  # fmt: skip
+    rows = []
+    for shape in shapes:
+        base = result["baselines"].get(shape, {})
+        row = {"shape": shape}
+        for name in ("flash_attn", *PEERS):
+            row[name] = base.get(name, {}).get("tflops")
+        correct = [
+            (_tflops(c, shape, "forward+backward"), c["label"])
+            for c in configs
+            if c["status"] == "ok" and _tflops(c, shape, "forward+backward")
+        ]
+        best, best_label = max(correct) if correct else (None, None)
+        row.update({"best gluon": best, "best config": best_label})
+        for name in ("sdpa-cudnn", "sdpa-flash"):
+            row[f"x {name}"] = best / row[name] if best and row[name] else None
+        for c in configs:
+            both, alone = _tflops(c, shape, "forward+backward"), _tflops(c, shape, "backward")
+            mark = "" if c["status"] == "ok" else " wrong"
+            row[c["label"]] = None if both is None else f"{both:.0f} / {alone:.0f}{mark}"
+        rows.append(row)
+    missing = sorted(
+        {
+            f"{name} at {s}: {v.get('unsupported') or v.get('error')}"
+            for s, b in result["baselines"].items()
+            for name, v in b.items()
+            if "tflops" not in v
+        }
+    )
+    return (
+        "\n\n".join(
+            [
+                "# Gluon attention backward (hopper_backward.py): configs checked and timed",
+                environment.probe_header(
+                    result["environment"],
+                    f"dtype {result['dtype']}",
+                    "CUDA-graph medians, TFLOP/s of forward + backward (per config: forward + backward / backward)",
+                ),  # fmt: skip
+                tabulate(status, headers="keys", tablefmt="github"),
+                tabulate(rows, headers="keys", floatfmt=".3g", tablefmt="github"),
+                *(["Baselines without a time:\n\n" + "\n".join(f"- {m}" for m in missing)] if missing else []),
+            ]
+        )
+        + "\n"
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", help="path prefix for .md and .json")
+    parser.add_argument("--dtype", default="bf16", help="bf16 or fp16")
+    parser.add_argument("--shape", action="append", default=[], help=f"a flash_attn shape (default {PRESETS})")
+    parser.add_argument("--config", action="append", default=[], help="a config as JSON (repeatable; default GRID)")
+    parser.add_argument("--quick", action="store_true", help=f"only the first {len(QUICK)} configs of GRID")
+    parser.add_argument("--timeout", type=float, default=150, help="seconds per config's child process")
+    parser.add_argument("--child", help=argparse.SUPPRESS)  # a config as JSON: run it in this process
+    args = parser.parse_args()
+    dtype = dtype_from_name(args.dtype)
+    shapes = args.shape or list(PRESETS)
+    presets = [problems_.parse_shape(s) for s in shapes]
+    if args.child:
+        child(json.loads(args.child), dtype, presets)
+        return
+    if not args.out:
+        parser.error("--out is required")
+    grid = [json.loads(c) for c in args.config] or (QUICK if args.quick else GRID)
+    print(f"baselines on {len(presets)} shapes...", flush=True)
+    result = {
+        "environment": environment.environment(),
+        "dtype": args.dtype,
+        "presets": presets,
+        "forward_config": FORWARD_CONFIG,
+        "baselines": baselines(presets, dtype),
+        "configs": [],
+    }
+    for config in grid:
+        problems = [hopper_backward.config_problem(config, d) for d in sorted({p["head_dim"] for p in presets})]
+        if all(problems):
+            print(f"{label(config)}: skipped, {problems[0]}", flush=True)
+            continue
+        outcome_ = run_config(config, args.dtype, shapes, args.timeout)
+        print(f"{outcome_['label']}: {outcome_['status'][:300]} ({outcome_['seconds']} s)", flush=True)
+        result["configs"].append(outcome_)
+    markdown = text(result)
+    report.save(args.out, result, markdown)
+    print(markdown)
+
+
+if __name__ == "__main__":
+    main()
