@@ -342,6 +342,8 @@ def main() -> None:
         outcome_ = run_config(config, args.dtype, shapes, args.timeout)
         print(f"{outcome_['label']}: {outcome_['status'][:300]} ({outcome_['seconds']} s)", flush=True)
         result["configs"].append(outcome_)
+        if args.out:  # after each config: a run cut short keeps what it measured
+            report.save(args.out, result, text(result))
     markdown = text(result)
     report.save(args.out, result, markdown)
     print(markdown)
