@@ -14,12 +14,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
-import sys
-import time
 import traceback
 
+import config_probe
 import torch
+from config_probe import describe, emit
 from tabulate import tabulate
 
 import autotune  # first: picks the Triton interpreter when there is no GPU, before Triton is imported
@@ -108,20 +107,6 @@ def _inputs(problem: dict, dtype: torch.dtype) -> dict:
     return autotune.get("flash_attn").make_inputs(problem, dtype, autotune.gpu.device(), 0)
 
 
-def describe(problem: dict) -> str:
-    """A check problem in one phrase: its shape, and its layout, magnitude and scale where not the defaults."""
-    extras = [
-        f"{key} {problem[key]}"
-        for key, plain in (("layout", "contiguous"), ("magnitude", 1.0), ("scale", None))
-        if problem.get(key, plain) != plain
-    ]
-    return " ".join([shape_label(problem), *extras])
-
-
-def _emit(**record) -> None:
-    print(json.dumps(record, default=str), flush=True)
-
-
 def child(config: dict, dtype: torch.dtype, presets: list[dict]) -> None:
     """One config: every check problem (stops at a call it does not support), then every preset timed; JSON lines."""
     spec = autotune.get("flash_attn")
@@ -135,7 +120,7 @@ def child(config: dict, dtype: torch.dtype, presets: list[dict]) -> None:
             inputs = _inputs(problem, dtype)
             args = (inputs["q"], inputs["k"], inputs["v"], inputs["is_causal"], inputs["scale"], config)
             if (reason := hopper_forward.supported(*args)) is not None:
-                _emit(kind="unsupported", reason=reason)
+                emit(kind="unsupported", reason=reason)
                 return
             out = hopper_forward.hopper_attention_forward(*args)
             if out[0].is_cuda:
@@ -143,7 +128,7 @@ def child(config: dict, dtype: torch.dtype, presets: list[dict]) -> None:
             err, budget, failure = compare_outputs(
                 out, spec.reference(inputs), spec.baseline(inputs), spec.error_floor(inputs)
             )
-            _emit(
+            emit(
                 kind="check",
                 shape=describe(problem),
                 problem=problem,
@@ -165,58 +150,19 @@ def child(config: dict, dtype: torch.dtype, presets: list[dict]) -> None:
 
             ms, method = bench.kernel_time(call, warmup_ms=25, rep_ms=200)
             flops = problems_.forward_cost(problem, dtype).flops
-            _emit(kind="time", shape=shape_label(problem), ms=ms, method=method, tflops=flops / ms / 1e9)
+            emit(kind="time", shape=shape_label(problem), ms=ms, method=method, tflops=flops / ms / 1e9)
     except Exception as exc:
-        _emit(kind="error", stage=stage, error="".join(traceback.format_exception(exc, limit=-3))[-3000:])
+        emit(kind="error", stage=stage, error="".join(traceback.format_exception(exc, limit=-3))[-3000:])
 
 
 def run_config(config: dict, dtype_name: str, shapes: list[str], timeout: float) -> dict:
     """config's child process, under timeout: its checks, times, and what stopped it, if anything."""
-    command = [sys.executable, __file__, "--child", json.dumps(config), "--dtype", dtype_name]
-    command += [arg for s in shapes for arg in ("--shape", s)]
-    start = time.perf_counter()
-    try:
-        run = subprocess.run(command, capture_output=True, text=True, timeout=timeout)
-        result = outcome(config, run.stdout, run.stderr, run.returncode)
-    except subprocess.TimeoutExpired as exc:
-        stdout = exc.stdout.decode(errors="replace") if isinstance(exc.stdout, bytes) else exc.stdout or ""
-        result = outcome(config, stdout, "", 0, f"timed out after {timeout:.0f} s (a hang?)")
-    result["seconds"] = round(time.perf_counter() - start, 1)
-    return result
+    return config_probe.run_config(__file__, config, label(config), dtype_name, shapes, timeout)
 
 
 def outcome(config: dict, stdout: str, stderr: str, returncode: int, stopped: str | None = None) -> dict:
-    """What a config's child said in its JSON lines: its checks, its times by shape, and a status: "ok", or
-    each of: wrong on some checks (the first failure's shape and reason), unsupported, an error, the child's
-    exit, `stopped` (a timeout)."""
-    result = {"config": config, "label": label(config), "checks": [], "times": {}}
-    said = []
-    for line in stdout.splitlines():
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError:
-            continue
-        if record["kind"] == "check":
-            result["checks"].append(record)
-        elif record["kind"] == "time":
-            result["times"][record["shape"]] = record
-        elif record["kind"] == "unsupported":
-            said.append(f"unsupported: {record['reason']}")
-        else:
-            said.append(f"error while {record['stage']}: {record['error']}")
-    failed = [c for c in result["checks"] if not c["ok"]]
-    if failed:
-        said.insert(
-            0,
-            f"wrong on {len(failed)} of {len(result['checks'])} checks, first {failed[0]['shape']}: "
-            f"{failed[0]['reason']}",
-        )
-    if returncode != 0:
-        said.append(f"child exited with {returncode}: {stderr.strip()[-1500:]}")
-    if stopped:
-        said.append(stopped)
-    result["status"] = "; ".join(said) or "ok"
-    return result
+    """What config's child said (config_probe.outcome)."""
+    return config_probe.outcome(config, label(config), stdout, stderr, returncode, stopped)
 
 
 def baselines(presets: list[dict], dtype: torch.dtype) -> dict:

@@ -2,6 +2,7 @@ import importlib
 import importlib.util
 import os
 import pathlib
+import sys
 
 import pytest
 from hypothesis import settings
@@ -55,6 +56,8 @@ def benchmark_script():
     def load(name: str):
         if name not in loaded:
             path = pathlib.Path(__file__).resolve().parents[1] / "benchmarks" / f"{name}.py"
+            if str(path.parent) not in sys.path:  # a script imports the modules beside it (config_probe)
+                sys.path.append(str(path.parent))
             spec = importlib.util.spec_from_file_location(name, path)
             loaded[name] = importlib.util.module_from_spec(spec)
             spec.loader.exec_module(loaded[name])

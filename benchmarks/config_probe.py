@@ -1,0 +1,87 @@
+"""What the Hopper probes share: each config runs in a child process of its own under a timeout (a config that
+fails to compile, computes wrong, crashes or hangs is reported and the probe goes on), says what it did in JSON
+lines (`emit`), and the probe reads its checks, times and status from them (`outcome`).
+
+A child's records: {"kind": "check", "shape", "ok", "reason", ...}, {"kind": "time", "shape", ...} (with "what",
+times are kept by shape and then by what was timed), {"kind": "unsupported", "reason"}, {"kind": "error",
+"stage", "error"}."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+
+from autotune.spec import shape_label
+
+
+def emit(**record) -> None:
+    """One record of a child, as a JSON line."""
+    print(json.dumps(record, default=str), flush=True)
+
+
+def describe(problem: dict) -> str:
+    """A check problem in one phrase: its shape, and its layout, magnitude and scale where not the defaults."""
+    extras = [
+        f"{key} {problem[key]}"
+        for key, plain in (("layout", "contiguous"), ("magnitude", 1.0), ("scale", None))
+        if problem.get(key, plain) != plain
+    ]
+    return " ".join([shape_label(problem), *extras])
+
+
+def run_config(script: str, config: dict, label: str, dtype_name: str, shapes: list[str], timeout: float) -> dict:
+    """`script --child CONFIG --dtype D --shape S...` under timeout: the config's outcome, and its seconds."""
+    command = [sys.executable, script, "--child", json.dumps(config), "--dtype", dtype_name]
+    command += [arg for s in shapes for arg in ("--shape", s)]
+    start = time.perf_counter()
+    try:
+        run = subprocess.run(command, capture_output=True, text=True, timeout=timeout)
+        result = outcome(config, label, run.stdout, run.stderr, run.returncode)
+    except subprocess.TimeoutExpired as exc:
+        stdout = exc.stdout.decode(errors="replace") if isinstance(exc.stdout, bytes) else exc.stdout or ""
+        result = outcome(config, label, stdout, "", 0, f"timed out after {timeout:.0f} s (a hang?)")
+    result["seconds"] = round(time.perf_counter() - start, 1)
+    return result
+
+
+def outcome(config: dict, label: str, stdout: str, stderr: str, returncode: int, stopped: str | None = None) -> dict:
+    """What a config's child said: its checks, its times by shape (and by what was timed, where it says), and a
+    status: "ok", or each of: wrong on some checks (the first failure's shape and reason), unsupported, an
+    error, the child's exit, `stopped` (a timeout)."""
+    result = {"config": config, "label": label, "checks": [], "times": {}}
+    said = []
+    for record in _records(stdout):
+        if record["kind"] == "check":
+            result["checks"].append(record)
+        elif record["kind"] == "time" and "what" in record:
+            result["times"].setdefault(record["shape"], {})[record["what"]] = record
+        elif record["kind"] == "time":
+            result["times"][record["shape"]] = record
+        elif record["kind"] == "unsupported":
+            said.append(f"unsupported: {record['reason']}")
+        else:
+            said.append(f"error while {record['stage']}: {record['error']}")
+    failed = [c for c in result["checks"] if not c["ok"]]
+    if failed:
+        first = failed[0]
+        said.insert(
+            0, f"wrong on {len(failed)} of {len(result['checks'])} checks, first {first['shape']}: {first['reason']}"
+        )
+    if returncode != 0:
+        said.append(f"child exited with {returncode}: {stderr.strip()[-1500:]}")
+    if stopped:
+        said.append(stopped)
+    result["status"] = "; ".join(said) or "ok"
+    return result
+
+
+def _records(stdout: str) -> list[dict]:
+    records = []
+    for line in stdout.splitlines():
+        try:
+            records.append(json.loads(line))
+        except json.JSONDecodeError:  # what else the child printed
+            continue
+    return records
