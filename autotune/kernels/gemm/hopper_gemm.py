@@ -254,12 +254,12 @@ def _hopper_gemm_kernel(a_desc, b_desc, u_desc, c_desc, g_desc, uo_desc, M, N, K
 
 def _read_problem(name: str, t: torch.Tensor) -> str | None:
     """Why TMA cannot read the 2-D t as it is laid out (neither dim contiguous, an address or stride off 16 bytes)."""
-    if t.stride(-1) != 1 and t.stride(0) != 1:
+    if t.stride(1) != 1 and t.stride(0) != 1:
         return f"{name} must be row-major or column-major (one unit stride), got strides {tuple(t.stride())}"
     if t.data_ptr() % _ALIGNMENT:
         return f"{name} must start at a {_ALIGNMENT}-byte aligned address for TMA"
-    major = t.stride(0) if t.stride(-1) == 1 else t.stride(-1)
-    if major * t.element_size() % _ALIGNMENT:
+    outer = 0 if t.stride(1) == 1 else 1  # the dim TMA steps along by a stride
+    if t.shape[outer] > 1 and t.stride(outer) * t.element_size() % _ALIGNMENT:
         return f"{name}'s strides must be multiples of {_ALIGNMENT} bytes apart from the unit one, got {tuple(t.stride())}"
     return None
 
@@ -331,8 +331,10 @@ def _layout(block: list[int], dtype: torch.dtype):
 
 
 def _descriptor(t: torch.Tensor, block: list[int]) -> TensorDescriptor:
-    """A TMA descriptor over the 2-D t (unit stride last) reading `block` tiles, zero-filling past its edges."""
-    return TensorDescriptor(t, list(t.shape), list(t.stride()), block, _layout(block, t.dtype))
+    """A TMA descriptor over the 2-D t (unit stride last) reading `block` tiles, zero-filling past its edges. A
+    single row's stride, which TMA never steps along, is set to one it accepts."""
+    stride = t.stride(0) if t.shape[0] > 1 else cdiv(t.shape[1] * t.element_size(), _ALIGNMENT) * _ALIGNMENT // t.element_size()
+    return TensorDescriptor(t, list(t.shape), [stride, 1], block, _layout(block, t.dtype))
 
 
 def _a_read(a: torch.Tensor, config: dict) -> tuple[TensorDescriptor, bool]:
