@@ -17,13 +17,12 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import subprocess
-import sys
-import time
 import traceback
 
+import config_probe
 import torch
 import torch.nn.functional as F
+from config_probe import emit
 from tabulate import tabulate
 
 import autotune  # first: picks the Triton interpreter when there is no GPU, before Triton is imported
@@ -134,10 +133,6 @@ def flops(kind: str, p: dict) -> int:
     return 2 * p["m"] * p["k"] * p["n"] * (2 if kind == "gated" else 1)
 
 
-def _emit(**record) -> None:
-    print(json.dumps(record, default=str), flush=True)
-
-
 def child(kind: str, config: dict, dtype: torch.dtype, shapes: list[str]) -> None:
     """One config: every check problem (stops at a call it does not support), then every shape timed; JSON lines."""
     stage = "checking"
@@ -148,7 +143,7 @@ def child(kind: str, config: dict, dtype: torch.dtype, shapes: list[str]) -> Non
             check = hopper_gemm.supported if kind == "plain" else hopper_gemm.gated_supported
             why = check(*args, config)
             if why is not None:
-                _emit(kind="unsupported", reason=why)
+                emit(kind="unsupported", reason=why)
                 return
             out = run_kernel(kind, i, config)
             if out[0].is_cuda:
@@ -156,7 +151,7 @@ def child(kind: str, config: dict, dtype: torch.dtype, shapes: list[str]) -> Non
             err, budget, failure = compare_outputs(
                 out, expected(kind, i, torch.float64), expected(kind, i, None), floors(kind, i)
             )
-            _emit(kind="check", shape=shape, ok=failure is None, error=err, budget=budget, reason=failure)
+            emit(kind="check", shape=shape, ok=failure is None, error=err, budget=budget, reason=failure)
             del i, out
         stage = "timing"
         for shape in shapes:
@@ -175,56 +170,20 @@ def child(kind: str, config: dict, dtype: torch.dtype, shapes: list[str]) -> Non
                     hopper_gemm.launch_gated(i["x"], i["w_gate"], i["w_up"], h, gu, "silu", config)
 
             ms, method = bench.kernel_time(call, warmup_ms=25, rep_ms=200)
-            _emit(kind="time", shape=shape, ms=ms, method=method, tflops=flops(kind, p) / ms / 1e9)
+            emit(kind="time", shape=shape, ms=ms, method=method, tflops=flops(kind, p) / ms / 1e9)
     except Exception as exc:
-        _emit(kind="error", stage=stage, error="".join(traceback.format_exception(exc, limit=-3))[-3000:])
+        emit(kind="error", stage=stage, error="".join(traceback.format_exception(exc, limit=-3))[-3000:])
 
 
 def run_config(kind: str, config: dict, dtype_name: str, shapes: list[str], timeout: float) -> dict:
     """The config's child process, under timeout: its checks, times, and what stopped it, if anything."""
-    command = [sys.executable, __file__, "--child", json.dumps([kind, config]), "--dtype", dtype_name]
-    command += [arg for s in shapes for arg in ("--shape", s)]
-    start = time.perf_counter()
-    try:
-        run = subprocess.run(command, capture_output=True, text=True, timeout=timeout)
-        result = outcome(kind, config, run.stdout, run.stderr, run.returncode)
-    except subprocess.TimeoutExpired as exc:
-        stdout = exc.stdout.decode(errors="replace") if isinstance(exc.stdout, bytes) else exc.stdout or ""
-        result = outcome(kind, config, stdout, "", 0, f"timed out after {timeout:.0f} s (a hang?)")
-    result["seconds"] = round(time.perf_counter() - start, 1)
-    return result
+    result = config_probe.run_config(__file__, [kind, config], label(kind, config), dtype_name, shapes, timeout)
+    return {**result, "kind": kind, "config": config}
 
 
 def outcome(kind: str, config: dict, stdout: str, stderr: str, returncode: int, stopped: str | None = None) -> dict:
-    """What a config's child said in its JSON lines: its checks, its times by shape, and a status: "ok", or each
-    of: wrong on some checks (the first failure's shape and reason), unsupported, an error, the child's exit,
-    `stopped` (a timeout)."""
-    result = {"kind": kind, "config": config, "label": label(kind, config), "checks": [], "times": {}}
-    said = []
-    for line in stdout.splitlines():
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError:
-            continue
-        if record["kind"] == "check":
-            result["checks"].append(record)
-        elif record["kind"] == "time":
-            result["times"][record["shape"]] = record
-        elif record["kind"] == "unsupported":
-            said.append(f"unsupported: {record['reason']}")
-        else:
-            said.append(f"error while {record['stage']}: {record['error']}")
-    failed = [c for c in result["checks"] if not c["ok"]]
-    if failed:
-        first = failed[0]
-        total = len(result["checks"])
-        said.insert(0, f"wrong on {len(failed)} of {total} checks, first {first['shape']}: {first['reason']}")
-    if returncode != 0:
-        said.append(f"child exited with {returncode}: {stderr.strip()[-1500:]}")
-    if stopped:
-        said.append(stopped)
-    result["status"] = "; ".join(said) or "ok"
-    return result
+    """What the config's child said (config_probe.outcome)."""
+    return {**config_probe.outcome(config, label(kind, config), stdout, stderr, returncode, stopped), "kind": kind}
 
 
 def baseline_calls(kind: str, p: dict, i: dict) -> dict:
