@@ -6,60 +6,21 @@ accumulator that 3.9 takes). tests/hopper_compile.py compiles with the GPU's Tri
 Where that Triton is: AUTOTUNE_GPU_TRITON, a directory made by
 `pip install -q --no-deps --target DIR triton==3.6.0` (.ci/run makes one). Unset: skipped, except in CI."""
 
-import json
-import os
-import pathlib
-import subprocess
-import sys
-
 import pytest
+from gpu_triton import GPU_TRITON_VERSION, run_compile_script
 
 from autotune.runtime import registry
 
-GPU_TRITON_VERSION = "3.6.0"
-"""The Triton of the GPU machine (H100): what .ci/run installs and README tells to install."""
-ROOT = pathlib.Path(__file__).resolve().parents[1]
 DTYPES = {"float32", "float16", "bfloat16"}
 COMPILE_TIMEOUT_S = 1200  # all of them take about 40 s on a dev machine, compiled one after another
 
 
 @pytest.fixture(scope="module")
-def gpu_triton() -> pathlib.Path:
-    """The directory holding the GPU's Triton package, from AUTOTUNE_GPU_TRITON."""
-    where = os.environ.get("AUTOTUNE_GPU_TRITON")
-    if not where:
-        reason = (
-            f"AUTOTUNE_GPU_TRITON is not set: `pip install -q --no-deps --target DIR "
-            f"triton=={GPU_TRITON_VERSION}` and point it at DIR to compile for the GPU"
-        )
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"CI must check that the kernels compile for the GPU: {reason}")
-        pytest.skip(reason)
-    path = pathlib.Path(where).resolve()
-    if not (path / "triton" / "__init__.py").is_file():
-        pytest.fail(f"AUTOTUNE_GPU_TRITON={where} holds no triton package")
-    return path
-
-
-@pytest.fixture(scope="module")
-def compiled(gpu_triton, tmp_path_factory) -> tuple[dict, list[dict]]:
+def compiled(tmp_path_factory) -> tuple[dict, list[dict]]:
     """hopper_compile.py's header line (the Triton it used) and its lines per (kernel, dtype), from a fresh
     kernel cache so that every kernel is compiled in this run."""
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}  # conftest's autotune import set it
-    env.update(
-        PYTHONPATH=os.pathsep.join([str(gpu_triton), str(ROOT)]),
-        TRITON_CACHE_DIR=str(tmp_path_factory.mktemp("triton-cache")),
-    )
-    run = subprocess.run(
-        [sys.executable, str(ROOT / "tests" / "hopper_compile.py"), str(gpu_triton)],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=COMPILE_TIMEOUT_S,
-    )
-    assert run.returncode == 0, f"hopper_compile.py exited with {run.returncode}:\n{run.stderr[-4000:]}"
-    header, *lines = [json.loads(line) for line in run.stdout.splitlines()]
-    return header, lines
+    cache = tmp_path_factory.mktemp("triton-cache")
+    return run_compile_script("hopper_compile.py", "the kernels compile for the GPU", cache, COMPILE_TIMEOUT_S)
 
 
 def test_it_compiles_with_the_gpu_triton(compiled):

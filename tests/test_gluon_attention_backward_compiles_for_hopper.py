@@ -8,7 +8,6 @@ AUTOTUNE_GPU_TRITON (`pip install -q --no-deps --target DIR triton==3.6.0`; .ci/
 skipped. `pytest -s` prints each case's registers, spills and shared memory. Whether the kernels compute the right
 numbers needs the GPU: benchmarks/hopper_attention_backward_probe.py."""
 
-import json
 import os
 import pathlib
 import subprocess
@@ -16,11 +15,11 @@ import sys
 
 import pytest
 import torch
+from gpu_triton import GPU_TRITON_VERSION, run_compile_script
 
 from autotune.kernels.attention import hopper_backward
 from autotune.search_spaces.flash_attn_gluon import LOADER_REGISTERS, register_split
 
-GPU_TRITON_VERSION = "3.6.0"
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 H100_SHARED_MEMORY = 232448  # what one program may opt into, as Triton's driver reports it
 COMPILE_TIMEOUT_S = 900
@@ -84,27 +83,9 @@ def test_the_default_config_runs_at_every_head_dim_with_each_dq():
 @pytest.fixture(scope="module")
 def compiled(tmp_path_factory) -> tuple[dict, list[dict]]:
     """hopper_attention_backward_compile.py's header line and its line per case, compiled from a fresh cache."""
-    where = os.environ.get("AUTOTUNE_GPU_TRITON")
-    if not where:
-        reason = f"AUTOTUNE_GPU_TRITON is not set: `pip install -q --no-deps --target DIR triton=={GPU_TRITON_VERSION}`"
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"CI must check that the Gluon attention backward compiles for the GPU: {reason}")
-        pytest.skip(reason)
-    gpu_triton = pathlib.Path(where).resolve()
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}  # conftest's autotune import set it
-    env.update(
-        PYTHONPATH=os.pathsep.join([str(gpu_triton), str(ROOT)]),
-        TRITON_CACHE_DIR=str(tmp_path_factory.mktemp("triton-cache")),
-    )
-    run = subprocess.run(
-        [sys.executable, str(ROOT / "tests" / "hopper_attention_backward_compile.py"), str(gpu_triton)],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=COMPILE_TIMEOUT_S,
-    )
-    assert run.returncode == 0, f"the compile script exited with {run.returncode}:\n{run.stderr[-4000:]}"
-    header, *lines = [json.loads(line) for line in run.stdout.splitlines()]
+    cache = tmp_path_factory.mktemp("triton-cache")
+    what = "the Gluon attention backward compiles for the GPU"
+    header, lines = run_compile_script("hopper_attention_backward_compile.py", what, cache)
     for line in lines:  # the report: pytest -s shows it
         for which, k in line.get("kernels", {}).items():
             print(

@@ -7,7 +7,6 @@ The compile cases run tests/hopper_gemm_compile.py in a subprocess with the Trit
 (`pip install -q --no-deps --target DIR triton==3.6.0`; .ci/run makes one); unset, they are skipped. Whether
 the kernel computes the right numbers, and how fast, needs the GPU: benchmarks/hopper_gemm_probe.py."""
 
-import json
 import os
 import pathlib
 import subprocess
@@ -15,11 +14,11 @@ import sys
 
 import pytest
 import torch
+from gpu_triton import GPU_TRITON_VERSION, run_compile_script
 
 from autotune.kernels.gemm import hopper_gemm
 from autotune.kernels.gemm import hopper_gemm_config as cfg
 
-GPU_TRITON_VERSION = "3.6.0"
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 H100_SHARED_MEMORY = 232448  # what one program may opt into, as Triton's driver reports it
 COMPILE_TIMEOUT_S = 600
@@ -77,27 +76,8 @@ def test_the_default_configs_can_run():
 @pytest.fixture(scope="module")
 def compiled(tmp_path_factory) -> tuple[dict, list[dict]]:
     """hopper_gemm_compile.py's header line and its line per case, compiled from a fresh kernel cache."""
-    where = os.environ.get("AUTOTUNE_GPU_TRITON")
-    if not where:
-        reason = f"AUTOTUNE_GPU_TRITON is not set: `pip install -q --no-deps --target DIR triton=={GPU_TRITON_VERSION}`"
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"CI must check that the Gluon GEMM compiles for the GPU: {reason}")
-        pytest.skip(reason)
-    gpu_triton = pathlib.Path(where).resolve()
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}  # conftest's autotune import set it
-    env.update(
-        PYTHONPATH=os.pathsep.join([str(gpu_triton), str(ROOT)]),
-        TRITON_CACHE_DIR=str(tmp_path_factory.mktemp("triton-cache")),
-    )
-    run = subprocess.run(
-        [sys.executable, str(ROOT / "tests" / "hopper_gemm_compile.py"), str(gpu_triton)],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=COMPILE_TIMEOUT_S,
-    )
-    assert run.returncode == 0, f"hopper_gemm_compile.py exited with {run.returncode}:\n{run.stderr[-4000:]}"
-    header, *lines = [json.loads(line) for line in run.stdout.splitlines()]
+    cache = tmp_path_factory.mktemp("triton-cache")
+    header, lines = run_compile_script("hopper_gemm_compile.py", "the Gluon GEMM compiles for the GPU", cache)
     for line in lines:  # the report: pytest -s shows it
         print(
             f"{line['name']}: shared {line.get('shared')} B, registers {line.get('registers')}, spills "

@@ -5,45 +5,21 @@ among those it rejects.
 The cases run tests/hopper_norm_backward_compile.py in a subprocess with the Triton at AUTOTUNE_GPU_TRITON
 (`pip install -q --no-deps --target DIR triton==3.6.0`; .ci/run makes one); unset, they are skipped."""
 
-import json
-import os
-import pathlib
-import subprocess
-import sys
-
 import pytest
+from gpu_triton import GPU_TRITON_VERSION, run_compile_script
 
 from autotune.kernels.norm import problems as _norm_problems
 from autotune.search_spaces.layer_norm import BACKWARD_SPACE as SPACE
 
-GPU_TRITON_VERSION = "3.6.0"
-ROOT = pathlib.Path(__file__).resolve().parents[1]
 COMPILE_TIMEOUT_S = 600
 
 
 @pytest.fixture(scope="module")
 def compiled(tmp_path_factory) -> tuple[dict, list[dict]]:
     """hopper_norm_backward_compile.py's header line and its line per case, compiled from a fresh kernel cache."""
-    where = os.environ.get("AUTOTUNE_GPU_TRITON")
-    if not where:
-        reason = f"AUTOTUNE_GPU_TRITON is not set: `pip install -q --no-deps --target DIR triton=={GPU_TRITON_VERSION}`"
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"CI must check that the norm backward compiles for the GPU without spilling: {reason}")
-        pytest.skip(reason)
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    env.update(
-        PYTHONPATH=os.pathsep.join([where, str(ROOT), str(ROOT / "tests")]),
-        TRITON_CACHE_DIR=str(tmp_path_factory.mktemp("triton-cache")),
-    )
-    run = subprocess.run(
-        [sys.executable, str(ROOT / "tests" / "hopper_norm_backward_compile.py"), where],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=COMPILE_TIMEOUT_S,
-    )
-    assert run.returncode == 0, f"hopper_norm_backward_compile.py exited with {run.returncode}:\n{run.stderr[-4000:]}"
-    header, *lines = [json.loads(line) for line in run.stdout.splitlines()]
+    cache = tmp_path_factory.mktemp("triton-cache")
+    what = "the norm backward compiles for the GPU without spilling"
+    header, lines = run_compile_script("hopper_norm_backward_compile.py", what, cache)
     assert header["triton"] == GPU_TRITON_VERSION, header
     return header, lines
 
