@@ -199,7 +199,8 @@ def launch_rows(dy, x, weight, mean, dh, dx, dw, db, eps: float, rms: bool, conf
         raise ValueError(f"config: BLOCK_M={block_m} rows at a time needs kernel='tiles' and READS=1")
     programs = min(cdiv(n_rows, block_m), config["PROGRAMS_PER_SM"] * _sm_count())
     atomic = config["variant"] == "atomic"
-    kept = dict(dtype=tiles_.accumulator(x.dtype) if tiles else torch.float64, device=x.device)
+    grad_dtypes = [grad.dtype for grad in (dw, db) if grad is not None]
+    kept = dict(dtype=tiles_.partials_dtype(x.dtype, grad_dtypes) if tiles else torch.float64, device=x.device)
 
     def buffer(grad):
         if grad is None:
@@ -222,8 +223,10 @@ def launch_rows(dy, x, weight, mean, dh, dx, dw, db, eps: float, rms: bool, conf
         enable_fp_fusion=False,  # a fused multiply-add would keep a rounding error where dx cancels to 0 exactly
     )
     if tiles:
-        tiles_._norm_backward_tiles_kernel[(programs,)](*args, ACC=tiles_.TL_DTYPES[kept["dtype"]], BLOCK_M=block_m,
-                                                        **meta)
+        tiles_._norm_backward_tiles_kernel[(programs,)](
+            *args, ACC=tiles_.TL_DTYPES[tiles_.accumulator(x.dtype)], FINE=tiles_.fine(x.dtype, grad_dtypes),
+            BLOCK_M=block_m, **meta,
+        )
     else:
         _norm_backward_kernel[(programs,)](*args, **meta)
     if atomic:
