@@ -5,7 +5,8 @@ round P to the input dtype for P @ V (FlashAttention's way) or split it into two
 GPU the forward may run the Gluon kernel instead (engine="gluon": search_spaces/flash_attn_gluon.py).
 The backward holds BLOCK_N keys and streams BLOCK_M queries (dk, dv), and gets dq from a query-side kernel
 (roles swapped: BLOCK_N queries held, BLOCK_M keys streamed) or from atomics; delta = rowsum(P * dP) comes
-from the output (rowsum(dO * O)) or is recomputed by the query-side kernel.
+from the output (rowsum(dO * O)) or is recomputed by the query-side kernel; on a Hopper GPU the backward may run
+the Gluon kernels instead (engine="gluon": search_spaces/flash_attn_backward_gluon.py).
 
 Every constraint depends on the problem only through its bucket's numbers (next_pow2 of B*Hq, Nq and Nk,
 the group size, the head dim, causal): a config that runs on one problem of a bucket runs on all of them.
@@ -19,6 +20,7 @@ import triton.language as tl
 
 from autotune import gpu
 from autotune.device_limits import Resources
+from autotune.search_spaces import flash_attn_backward_gluon as backward_gluon
 from autotune.search_spaces import flash_attn_gluon as gluon
 from autotune.space import Config, Param, Problem, SearchSpace, next_pow2, powers_of_two
 
@@ -80,6 +82,7 @@ BACKWARD_DEFAULT: Config = {
     "dq": "separate",
     "delta": "recomputed",
     "ds": "split",
+    **backward_gluon.TRITON,
 }
 """The backward fallback: the smallest tiles (it holds four of them, and float32 inputs compute in
 float64), delta recomputed, which is right also where softmax rows saturate, and dS split in two half
@@ -357,6 +360,9 @@ def backward_shared_memory(c: Config, p: Problem) -> int:
 
 def backward_resources(c: Config, p: Problem) -> Resources:
     """What a backward config needs of a device (a GPU served another GPU's rows checks it)."""
+    if c.get("engine") == "gluon":
+        used = backward_gluon.shared_memory_bytes(backward_gluon.kernel_config(c), dims(p)[5])
+        return Resources(shared_memory=used, tma=True)
     return Resources(shared_memory=backward_shared_memory(c, p) + SHARED_MEMORY_RESERVED)
 
 
@@ -374,14 +380,23 @@ def _suggest_backward(trial, problem: Problem) -> Config:
     _, _, _, nq, nk, _, _, _ = dims(problem)
     top = max(16, next_pow2(max(nq, nk)))
     blocks = [b for b in BACKWARD_BLOCKS if b <= top]
+    gluon_runs = backward_gluon.runs_on(problem)
+    dq = list(backward_gluon.DQ if gluon_runs else backward_gluon.DQ[:2])  # "combined" only where Gluon runs
+
+    def draw(name: str, values: list):
+        return trial.suggest_categorical(name, values) if len(values) > 1 else values[0]
+
+    if draw("engine", ["triton", "gluon"] if gluon_runs else ["triton"]) == "gluon":
+        return backward_gluon.suggest(trial, draw, blocks, list(STAGES), dq)
     return {
-        "BLOCK_M": trial.suggest_categorical("BLOCK_M", blocks) if len(blocks) > 1 else blocks[0],
-        "BLOCK_N": trial.suggest_categorical("BLOCK_N", blocks) if len(blocks) > 1 else blocks[0],
-        "num_warps": trial.suggest_categorical("num_warps", list(WARPS)),
-        "num_stages": trial.suggest_categorical("num_stages", list(STAGES)),
-        "dq": trial.suggest_categorical("dq", ["separate", "atomic"]),
-        "delta": trial.suggest_categorical("delta", ["output", "recomputed"]),
-        "ds": trial.suggest_categorical("ds", ["rounded", "split"]),
+        **backward_gluon.TRITON,
+        "BLOCK_M": draw("BLOCK_M", blocks),
+        "BLOCK_N": draw("BLOCK_N", blocks),
+        "num_warps": draw("num_warps", list(WARPS)),
+        "num_stages": draw("num_stages", list(STAGES)),
+        "dq": draw("dq", dq),
+        "delta": draw("delta", ["output", "recomputed"]),
+        "ds": draw("ds", ["rounded", "split"]),
     }
 
 
@@ -391,11 +406,20 @@ BACKWARD_SPACE = SearchSpace(
         Param("BLOCK_N", BACKWARD_BLOCKS),
         Param("num_warps", WARPS),
         Param("num_stages", STAGES),
-        Param("dq", ("separate", "atomic")),
+        Param("dq", backward_gluon.DQ),  # ("separate", "atomic") before the Gluon engine
         Param("delta", ("output", "recomputed")),
         Param("ds", ("rounded", "split")),
+        *backward_gluon.PARAMS,  # since the Gluon engine: the kernel's SPEC `extends` the space without them
     ),
     default=BACKWARD_DEFAULT,
-    constraints=(_backward_blocks_fit_problem, _backward_fits_registers, _backward_fits_shared_memory, _no_idle_warps),
+    constraints=(
+        backward_gluon.engine_fixes_the_others,
+        backward_gluon.gluon_where_it_runs,
+        *map(
+            gluon.triton_only,
+            (_backward_blocks_fit_problem, _backward_fits_registers, _backward_fits_shared_memory, _no_idle_warps),
+        ),
+    ),
     suggest_fn=_suggest_backward,
+    starts_fn=backward_gluon.starts,
 )

@@ -140,7 +140,8 @@ def unavailable() -> str | None:
     return None
 
 
-def _problem_refuses(p: Problem) -> str | None:
+def problem_refuses(p: Problem) -> str | None:
+    """Why no Gluon config can take problem p (its dtype, its head dim), or None."""
     if p.get("dtype", "bf16") not in HALF:
         return f"it takes {' and '.join(HALF)} inputs, not {p['dtype']}"
     if p["head_dim"] not in HEAD_DIMS:
@@ -150,16 +151,22 @@ def _problem_refuses(p: Problem) -> str | None:
 
 def runs_on(p: Problem) -> bool:
     """Whether the Gluon engine can run problem p on this machine (some config of it)."""
-    return unavailable() is None and _problem_refuses(p) is None
+    return unavailable() is None and problem_refuses(p) is None
 
 
-def engine_fixes_the_others(c: Config, p: Problem) -> str | None:
-    """Each engine's configs set the other engine's parameters to one value each."""
-    fixed = GLUON_FIXED if c["engine"] == "gluon" else TRITON
+def fixed_by_engine(c: Config, triton: Config, gluon: Config) -> str | None:
+    """Why c sets a parameter its engine fixes (`gluon` the Gluon engine's values of the Triton-only parameters,
+    `triton` the Triton engine's of the Gluon-only ones) to another value, or None."""
+    fixed = gluon if c["engine"] == "gluon" else triton
     other = {k: v for k, v in fixed.items() if c[k] != v or isinstance(c[k], bool) != isinstance(v, bool)}
     if other:
         return f"engine={c['engine']} fixes {', '.join(f'{k}={v}' for k, v in fixed.items() if k in other)}"
     return None
+
+
+def engine_fixes_the_others(c: Config, p: Problem) -> str | None:
+    """Each engine's configs set the other engine's parameters to one value each."""
+    return fixed_by_engine(c, TRITON, GLUON_FIXED)
 
 
 def gluon_where_it_runs(c: Config, p: Problem) -> str | None:
@@ -167,7 +174,7 @@ def gluon_where_it_runs(c: Config, p: Problem) -> str | None:
     if c["engine"] != "gluon":
         return None
     here = unavailable() if gpu.machine_matters() else None  # a stored row is judged as on its own GPU
-    reason = here or _problem_refuses(p) or config_problem(kernel_config(c), p["head_dim"])
+    reason = here or problem_refuses(p) or config_problem(kernel_config(c), p["head_dim"])
     if reason is None and c["BLOCK_M"] * c["NUM_CONSUMERS"] > max(64, next_pow2(p["nq"])):
         reason = "BLOCK_M x NUM_CONSUMERS exceeds the queries rounded up to a power of two: only masked rows"
     if reason is None and c["BLOCK_N"] > max(64, next_pow2(p["nk"])):

@@ -15,6 +15,9 @@ first, as FlashAttention does); float32 inputs in float64 (see _attn_tiles). dS 
 scaled by 0.01: dQ error 0.176 against a budget of 0.112 on the H100, whose sdpa errs 0.026): the dS of a
 row sum to 0, their rounding errors do not, and dQ is what is left of that cancellation. "split" adds the
 rounding remainder as a second half operand (one more MMA for dQ and one for dK): error 0.0027 there.
+
+Configs with engine="gluon" run the Gluon backward for Hopper instead (hopper_backward.py; its parameters:
+search_spaces/flash_attn_backward_gluon.py), from the same o, natural-log lse (float32 for half inputs) and dO.
 """
 
 from __future__ import annotations
@@ -24,6 +27,10 @@ import triton
 import triton.language as tl
 
 from autotune import runtime
+from autotune.kernels.attention import hopper_backward as gluon_
+from autotune.kernels.attention import hopper_backward_dkdv as gluon_dkdv
+from autotune.kernels.attention import hopper_backward_dq as gluon_dq
+from autotune.kernels.attention import hopper_forward as gluon_forward
 from autotune.kernels.attention import problems as problems_
 from autotune.kernels.attention import reference as math_
 from autotune.kernels.attention.tiles import (
@@ -42,8 +49,9 @@ from autotune.kernels.attention.tiles import (
 )
 from autotune.kernels.common.grid import cdiv
 from autotune.kernels.common.rounding import round_to
+from autotune.search_spaces import flash_attn_backward_gluon as engines
 from autotune.search_spaces.flash_attn import BACKWARD_SPACE, backward_resources, block_d, bucket
-from autotune.spec import Inputs, KernelSpec
+from autotune.spec import EarlierSpace, Inputs, KernelSpec
 
 DELTA_ROWS = 32
 """Query rows per program of the delta kernel (memory-bound, not tuned)."""
@@ -266,6 +274,8 @@ def launch(do, q, k, v, o, lse, dq, dk, dv, causal: bool, scale: float, config: 
     """Gradients of attention of q (B, Hq, Nq, D) over k, v (B, Hk, Nk, D) into dq, dk, dv (dk and dv of
     one layout), from the output o and its log-sum-exp (B, Hq, Nq, contiguous, of compute_dtype), with one
     config. Unit stride along D is required."""
+    if config.get("engine") == "gluon":
+        return _launch_gluon(do, q, k, v, o, lse, dq, dk, dv, causal, scale, config)
     batch, heads, nq, d = q.shape
     kv_heads, nk = k.shape[1], k.shape[2]
     if batch * heads * nq == 0 or nk == 0:  # no query sees a key: every gradient is 0
@@ -312,6 +322,23 @@ def launch(do, q, k, v, o, lse, dq, dk, dv, causal: bool, scale: float, config: 
                                        *scalars, DELTA=False, **query_meta)
 
 
+def gluon_refuses(do, q, k, v, o, lse, dq, dk, dv, causal: bool, scale: float, config: dict) -> str | None:
+    """Why a config with engine="gluon" cannot run this call (hopper_backward.supported: the machine, dtype, head
+    dim, a tensor TMA cannot address; a log-sum-exp not (B, Hq, Nq) float32), or None; always None for the Triton
+    engine. o and dO it copies where TMA cannot read them."""
+    if config.get("engine") != "gluon":
+        return None
+    if lse.shape != q.shape[:3] or lse.dtype != torch.float32:
+        return f"the Gluon kernel reads a (B, Hq, Nq) float32 log-sum-exp, got {tuple(lse.shape)} {lse.dtype}"
+    return gluon_.supported(q, k, v, causal, scale, engines.kernel_config(config), grads=(dq, dk, dv))
+
+
+def _launch_gluon(do, q, k, v, o, lse, dq, dk, dv, causal: bool, scale: float, config: dict) -> None:
+    if (reason := gluon_refuses(do, q, k, v, o, lse, dq, dk, dv, causal, scale, config)) is not None:
+        raise ValueError(f"flash_attn_backward: engine=gluon cannot run this call: {reason}")
+    gluon_.launch(do, q, k, v, o, lse.contiguous(), dq, dk, dv, causal, scale, engines.kernel_config(config))
+
+
 def make_inputs(problem: dict, dtype: torch.dtype, device: torch.device, seed: int) -> Inputs:
     """q, k, v and the call's options as the forward takes them; dO (laid out like them), and the output
     and log-sum-exp as the forward saves them (from float64, rounded)."""
@@ -342,6 +369,8 @@ def backward(do, q, k, v, o, lse, causal: bool, scale: float):
         key = (batch, heads, kv_heads, nq, nk, d, causal)
         problem = lambda: problems_.problem(batch, heads, nq, d, kv_heads=kv_heads, nk=nk, causal=causal)  # noqa: E731
         config = _TUNED.lookup(q.dtype, key, lambda: bucket(problem()), problem)
+        if gluon_refuses(do, q, k, v, o, lse, dq, dk, dv, causal, scale, config) is not None:  # the best Triton row
+            config = _TUNED.config_among(q.dtype, bucket(problem()), problem, "triton", engines.is_triton)
         runtime.note_launch("flash_attn_backward", config)
     launch(do, q, k, v, o, lse.contiguous(), dq, dk, dv, causal, scale, config)
     return dq, dk, dv
@@ -364,6 +393,14 @@ def _public(inputs: Inputs):
                                inputs["is_causal"], inputs["scale"])
 
 
+TRITON_SOURCES = (round_to, scalar, widen, exp_, mma, load_rows, key_blocks, score_multiplier, _delta_kernel, _row_lse,
+                  _row_delta, _dkdv_step, _attn_bwd_dkdv_kernel, _query_step, _attn_bwd_query_kernel, DELTA_ROWS)
+"""The Triton backward's sources: the spec's before the Gluon engine."""
+GLUON_SOURCES = (gluon_._rows_kernel, gluon_.ROWS_PAD, gluon_.ROWS_BLOCK, gluon_dkdv._dkdv_step, gluon_dkdv._dkdv_consumer,
+                 gluon_dkdv._dkdv_loader, gluon_dkdv._attn_bwd_dkdv_kernel, gluon_dq._dq_consumer,
+                 gluon_dq._attn_bwd_dq_kernel, gluon_forward._loader)
+"""The Gluon backward's sources (the dQ pass streams K and V with the Gluon forward's loader)."""
+
 SPEC = KernelSpec(
     name="flash_attn_backward",
     space=BACKWARD_SPACE,
@@ -377,8 +414,9 @@ SPEC = KernelSpec(
     presets=problems_.PRESETS,
     interpreter_presets=problems_.INTERPRETER_PRESETS,
     parse_shape=problems_.parse_shape,
-    sources=(round_to, scalar, widen, exp_, mma, load_rows, key_blocks, score_multiplier, _delta_kernel, _row_lse,
-             _row_delta, _dkdv_step, _attn_bwd_dkdv_kernel, _query_step, _attn_bwd_query_kernel, DELTA_ROWS),
+    sources=(*TRITON_SOURCES, *GLUON_SOURCES),
+    # The rows tuned before the Gluon engine: the Triton kernels alone, configs without the engine's parameters.
+    extends=(EarlierSpace.before(BACKWARD_SPACE, TRITON_SOURCES, new=engines.TRITON, dq=("separate", "atomic")),),
     bound="compute",
     dtype_in_problem=True,  # float32 tiles take twice the room (see the space)
     description="flash_attn backward: dq, dk, dv from the saved log-sum-exp (torch baseline: sdpa forward + backward)",

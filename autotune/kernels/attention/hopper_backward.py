@@ -9,7 +9,7 @@ P^T and dS^T reaching their matmuls through shared memory (hopper_backward_dkdv.
 computes dQ = dS K and adds it into a float32 buffer by TMA reduce-add (FlashAttention-3's way), each consumer its
 own, or with DQ="combined" one add of both consumers' a program; with DQ="separate" a second kernel
 (hopper_backward_dq.py) computes dQ, one program per block of queries, without atomics. This module holds the
-preprocess, the launcher and what a call and a config must be (the config's facts: hopper_backward_config.py).
+preprocess, the launcher and what a call and a config must be (the config's facts: search_spaces/flash_attn_backward_gluon.py).
 
 Same results as flash_attn_backward.launch for half inputs: o (B, Hq, Nq, D), the natural log-sum-exp
 (B, Hq, Nq) float32 contiguous, dO; dq, dk, dv in q's, k's, v's shapes; causal aligned top-left; GQA (Hq a
@@ -27,17 +27,17 @@ import triton
 import triton.language as tl
 
 from autotune.kernels.attention import hopper_forward
-from autotune.kernels.attention.hopper_backward_config import (  # noqa: F401 (the kernel's config facts)
+from autotune.kernels.attention.hopper_backward_dkdv import _attn_bwd_dkdv_kernel
+from autotune.kernels.attention.hopper_backward_dq import launch_dq
+from autotune.kernels.attention.hopper_forward import GLUON_MISSING, LOG2E, _descriptor
+from autotune.kernels.common.grid import cdiv
+from autotune.search_spaces.flash_attn_backward_gluon import (  # noqa: F401 (the kernel's config facts)
     BARRIER_BYTES,
     CHOICES,
     DEFAULT_CONFIG,
     config_problem,
     shared_memory_bytes,
 )
-from autotune.kernels.attention.hopper_backward_dkdv import _attn_bwd_dkdv_kernel
-from autotune.kernels.attention.hopper_backward_dq import launch_dq
-from autotune.kernels.attention.hopper_forward import GLUON_MISSING, LOG2E, _descriptor
-from autotune.kernels.common.grid import cdiv
 from autotune.search_spaces.flash_attn_gluon import register_split
 
 if GLUON_MISSING is None:
