@@ -28,9 +28,9 @@ from tabulate import tabulate
 import autotune  # first: picks the Triton interpreter when there is no GPU, before Triton is imported
 from autotune.gate.compare import compare_outputs
 from autotune.kernels.gemm import gated_mlp, hopper_gemm
-from autotune.kernels.gemm import hopper_gemm_config as cfg
 from autotune.kernels.gemm.matmul import linear, mm
 from autotune.measure import bench, environment, report
+from autotune.search_spaces import hopper_gemm_config as cfg
 from autotune.spec import dtype_from_name
 
 PLAIN_SHAPES = ("4096x4096x14336:nt", "4096x14336x4096:nt", "8192x4096x4096:nt", "4096x4096x14336:nn",

@@ -14,6 +14,7 @@ from autotune.kernels.fused_softmax.softmax import SPEC as SOFTMAX
 from autotune.kernels.gemm.matmul import MATMUL
 from autotune.kernels.norm.group_norm import SPEC as GROUP_NORM
 from autotune.kernels.norm.layer_norm import LAYER_NORM
+from autotune.search_spaces.gemm_gluon import TRITON
 from autotune.search_spaces.layer_norm import row_shape
 from autotune.search_spaces.matmul import H100_SMS, tiles
 from autotune.search_spaces.softmax import row_shape as softmax_rows
@@ -62,6 +63,7 @@ def test_a_persistent_gemm_tile_is_checked_where_it_has_more_tiles_than_sms(monk
         "num_warps": 8,
         "num_stages": 3,
         "SPLIT_K": 1,
+        **TRITON,
     }
     problems = draw_problems(MATMUL, persistent, torch.float16, examples=30, seed=5)
     assert len(problems) >= 30

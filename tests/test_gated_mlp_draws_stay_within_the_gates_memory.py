@@ -11,6 +11,7 @@ from autotune.gate import verify
 from autotune.kernels.gemm.problems import STEERED_GROWTH
 from autotune.runtime import registry
 from autotune.search_spaces.gated_mlp import DEFAULT
+from autotune.search_spaces.gemm_gluon import TRITON
 
 PERSISTENT = {
     "variant": "tma_persistent",
@@ -20,6 +21,7 @@ PERSISTENT = {
     "GROUP_M": 8,
     "num_warps": 8,
     "num_stages": 3,
+    **TRITON,
 }
 """The H100's row at 8192x4096x14336x4096 (bf16)."""
 

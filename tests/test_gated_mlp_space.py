@@ -12,6 +12,7 @@ import pytest
 
 from autotune.kernels.gemm.gated_mlp import GATED_MLP
 from autotune.search_spaces.gated_mlp import DEFAULT, SPACE, bucket
+from autotune.search_spaces.gemm_gluon import TRITON
 
 LLAMA = {"m": 8192, "k": 4096, "h": 14336, "n": 4096}
 
@@ -28,6 +29,7 @@ def test_the_llama_shapes_have_thousands_of_valid_configs_and_the_starts_among_t
         "GROUP_M": 8,
         "num_warps": 8,
         "num_stages": 3,
+        **TRITON,
     }
     assert len(starts) == 4 and SPACE.starts({**LLAMA, "dtype": "fp32"}) == []
 

@@ -17,7 +17,7 @@ import torch
 from gpu_triton import GPU_TRITON_VERSION, run_compile_script
 
 from autotune.kernels.gemm import hopper_gemm
-from autotune.kernels.gemm import hopper_gemm_config as cfg
+from autotune.search_spaces import hopper_gemm_config as cfg
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 H100_SHARED_MEMORY = 232448  # what one program may opt into, as Triton's driver reports it

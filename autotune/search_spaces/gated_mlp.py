@@ -1,7 +1,8 @@
 """gated_mlp: the one GEMM that computes act(x @ w_gate.T) * (x @ w_up.T). Each program holds two accumulator
 tiles (gate and up) over the same rows of x, so a (BLOCK_M, BLOCK_N) config holds and stages what a
 (BLOCK_M, 2 * BLOCK_N) tile of matmul does. The same parameters as matmul (split-K aside: the epilogue needs
-both whole sums), the same four variants.
+both whole sums), the same four variants; on a Hopper GPU the Gluon GEMM's gated epilogue may run instead
+(engine="gluon": search_spaces/gemm_gluon.py, without biases).
 
 A problem has the sizes `m` (rows of x), `k` (its features), `h` (the gate and up projections' outputs, the
 GEMM's N), `n` (the down projection's outputs, computed by linear at linear's own configs) and, from the search
@@ -12,6 +13,8 @@ powers of two, so a config that runs on one problem of a bucket runs on all of t
 from __future__ import annotations
 
 from autotune.device_limits import Resources
+from autotune.search_spaces import gemm_gluon as gluon
+from autotune.search_spaces import hopper_gemm_config
 from autotune.search_spaces.matmul import (
     _GRID_VARIANT,
     BLOCKS_K,
@@ -42,6 +45,7 @@ DEFAULT: Config = {
     "GROUP_M": 8,
     "num_warps": 4,
     "num_stages": 3,
+    **gluon.TRITON,
 }
 """The fallback: runs (and is right) on every problem, in every dtype, on every GPU."""
 
@@ -84,6 +88,9 @@ def shared_memory(c: Config, p: Problem) -> int:
 
 def resources(c: Config, p: Problem) -> Resources:
     """What a config needs of a device (a GPU served another GPU's rows checks it)."""
+    if c.get("engine") == "gluon":
+        used = hopper_gemm_config.shared_memory_bytes(gluon.kernel_config(c), gated=True, element_size=_itemsize(p))
+        return Resources(shared_memory=used, tma=True)
     return Resources(shared_memory=shared_memory(c, p), tma=c["variant"].startswith("tma"))
 
 
@@ -145,15 +152,22 @@ def _stages_have_loads(c: Config, p: Problem) -> str | None:
 
 
 CONSTRAINTS = (
-    _variant_available,
-    _block_k_fits_dtype,
-    _fits_shared_memory,
-    _fits_registers,
-    _no_idle_warps,
-    _blocks_fit_problem,
-    _group_has_rows,
-    _persistent_has_tiles_to_share,
-    _stages_have_loads,
+    gluon.engine_fixes_the_others(gluon.GATED_FIXED),
+    gluon.where_it_runs(gated=True),
+    *map(
+        gluon.triton_only,
+        (
+            _variant_available,
+            _block_k_fits_dtype,
+            _fits_shared_memory,
+            _fits_registers,
+            _no_idle_warps,
+            _blocks_fit_problem,
+            _group_has_rows,
+            _persistent_has_tiles_to_share,
+            _stages_have_loads,
+        ),
+    ),
 )
 
 
@@ -177,29 +191,48 @@ def _fitting_tile(config: Config, p: Problem) -> Config:
     return config
 
 
+def _block_choices(problem: Problem) -> dict[str, list[int]]:
+    """The block sizes and GROUP_M values drawn for a problem (one distribution per name in a study: both engines
+    draw from these)."""
+    m, n, k = _dims(problem)
+    lo, hi = k_range(problem)
+
+    def pick(name: str, values: tuple[int, ...], low: int, high: int) -> list[int]:
+        return sorted({v for v in values if low <= v <= high} | {DEFAULT[name]})
+
+    return {
+        "BLOCK_M": pick("BLOCK_M", BLOCKS_MN, min(m, MIN_REUSE), m),
+        "BLOCK_N": pick("BLOCK_N", BLOCKS_MN, min(n, MIN_REUSE), n),
+        "BLOCK_K": pick("BLOCK_K", BLOCKS_K, lo, min(max(k, lo), hi)),
+        "GROUP_M": list(GROUPS),
+    }
+
+
+def _suggest_engines(trial, problem: Problem) -> Config:
+    """The engine drawn where the Gluon kernel runs on the problem, then that engine's config."""
+    if gluon.runs_on(problem, gated=True) and trial.suggest_categorical("engine", list(gluon.ENGINES)) == "gluon":
+        return gluon.suggest(trial, _block_choices(problem), list(STAGES), gluon.GATED_FIXED, problem, gated=True)
+    return _suggest(trial, problem)
+
+
 def _suggest(trial, problem: Problem) -> Config:
     """Blocks drawn up to the bucket's sizes; GROUP_M only where there are tiles to group. A draw that does not
     fit is repaired, not wasted: a tile whose accumulators no number of warps holds shrinks, a persistent variant
     with too few tiles becomes its grid counterpart, then num_warps, num_stages and GROUP_M move to the nearest
     values that fit. The trial keeps the drawn values, the config the repaired ones."""
     m, n, k = _dims(problem)
-    lo, hi = k_range(problem)
-
-    def pick(name: str, values: tuple[int, ...], low: int, high: int) -> int:
-        return trial.suggest_categorical(name, sorted({v for v in values if low <= v <= high} | {DEFAULT[name]}))
-
+    blocks = _block_choices(problem)
     variants = [v for v in VARIANTS if not v.startswith("tma") or tma_available()]
     config = {
+        **gluon.TRITON,
         "variant": trial.suggest_categorical("variant", variants),
-        "BLOCK_M": pick("BLOCK_M", BLOCKS_MN, min(m, MIN_REUSE), m),
-        "BLOCK_N": pick("BLOCK_N", BLOCKS_MN, min(n, MIN_REUSE), n),
-        "BLOCK_K": pick("BLOCK_K", BLOCKS_K, lo, min(max(k, lo), hi)),
+        **{name: trial.suggest_categorical(name, blocks[name]) for name in ("BLOCK_M", "BLOCK_N", "BLOCK_K")},
         "GROUP_M": 1,
         "num_warps": trial.suggest_categorical("num_warps", list(WARPS)),
         "num_stages": trial.suggest_categorical("num_stages", list(STAGES)),
     }
     if m > config["BLOCK_M"] and n > config["BLOCK_N"]:
-        config["GROUP_M"] = trial.suggest_categorical("GROUP_M", list(GROUPS))
+        config["GROUP_M"] = trial.suggest_categorical("GROUP_M", blocks["GROUP_M"])
     if {**config, "GROUP_M": DEFAULT["GROUP_M"]} == DEFAULT:
         return dict(DEFAULT)
     config["BLOCK_M"], config["BLOCK_N"] = min(config["BLOCK_M"], m), min(config["BLOCK_N"], n)
@@ -213,14 +246,24 @@ def _suggest(trial, problem: Problem) -> Config:
 
 def _starts(p: Problem) -> list[Config]:
     """START_TILES as persistent programs reading through descriptors, then as a grid; none for float32 (products
-    on the FMA units, where other tiles fit) or where the GPU has no TMA unit."""
+    on the FMA units, where other tiles fit) or where the GPU has no TMA unit; then the Gluon kernel's default, where
+    it runs."""
     if p.get("dtype", "fp32") == "fp32" or not tma_available():
         return []
     return [
-        {"variant": v, "BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "GROUP_M": g, "num_warps": w, "num_stages": s}
+        {
+            **gluon.TRITON,
+            "variant": v,
+            "BLOCK_M": bm,
+            "BLOCK_N": bn,
+            "BLOCK_K": bk,
+            "GROUP_M": g,
+            "num_warps": w,
+            "num_stages": s,
+        }  # fmt: skip
         for bm, bn, bk, g, w, s in START_TILES
         for v in ("tma_persistent", "tma")
-    ]
+    ] + gluon.starts(p, gluon.GATED_FIXED, gated=True)
 
 
 SPACE = SearchSpace(
@@ -232,10 +275,11 @@ SPACE = SearchSpace(
         Param("GROUP_M", GROUPS),
         Param("num_warps", WARPS),
         Param("num_stages", STAGES),
+        *gluon.PARAMS,  # since the Gluon engine: gated_mlp's spec `extends` the space without them
     ),
     default=DEFAULT,
     constraints=CONSTRAINTS,
-    suggest_fn=_suggest,
+    suggest_fn=_suggest_engines,
     starts_fn=_starts,
 )
 

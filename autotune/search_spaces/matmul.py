@@ -1,14 +1,16 @@
 """matmul / linear (one GEMM with a fused bias and activation) and mlp (two GEMMs): tile shapes, the tile
 order, pipelining, split-K, and the kernel variant: a program per tile ("tiled"), one program per SM
 looping over tiles ("persistent"), and each of these with tensor-memory-accelerator descriptor loads
-("tma", "tma_persistent") where the GPU and the installed Triton have them.
+("tma", "tma_persistent") where the GPU and the installed Triton have them; on a Hopper GPU matmul and linear may
+run the Gluon GEMM instead (engine="gluon": search_spaces/gemm_gluon.py).
 
 A problem is a dict with the GEMM sizes `m`, `n`, `k`, the `batch` (0: a plain 2-D product) and, as the
 search and the runtime hand it to the constraints, the `dtype`. Every constraint depends on the problem
 only through the dtype and the sizes rounded up to powers of two, the numbers of its bucket: a config
-that runs on one problem of a bucket runs on all of them. The estimates of shared memory and registers
-are coarse on purpose: they reject what cannot fit before anything compiles; what is close still
-compiles, and a config that fails to is recorded as a compile error.
+that runs on one problem of a bucket runs on all of them (the Gluon engine's also read the layouts and bias a
+problem of the gate names, which a call's problem at run time does not: the launcher checks those). The
+estimates of shared memory and registers are coarse on purpose: they reject what cannot fit before anything
+compiles; what is close still compiles, and a config that fails to is recorded as a compile error.
 """
 
 from __future__ import annotations
@@ -16,6 +18,8 @@ from __future__ import annotations
 import functools
 
 from autotune.device_limits import Resources
+from autotune.search_spaces import gemm_gluon as gluon
+from autotune.search_spaces import hopper_gemm_config
 from autotune.space import Config, Param, Problem, SearchSpace, next_pow2
 
 VARIANTS = ("tiled", "persistent", "tma", "tma_persistent")
@@ -60,6 +64,7 @@ DEFAULT: Config = {
     "num_warps": 4,
     "num_stages": 3,
     "SPLIT_K": 1,
+    **gluon.TRITON,
 }
 """The fallback: runs (and is right) on every problem, in every dtype, on every GPU."""
 
@@ -149,6 +154,9 @@ def shared_memory(c: Config, p: Problem) -> int:
 
 def resources(c: Config, p: Problem) -> Resources:
     """What a config needs of a device (a GPU served another GPU's rows checks it)."""
+    if c.get("engine") == "gluon":
+        used = hopper_gemm_config.shared_memory_bytes(gluon.kernel_config(c), gated=False, element_size=_itemsize(p))
+        return Resources(shared_memory=used, tma=True)
     return Resources(shared_memory=shared_memory(c, p), tma=c["variant"].startswith("tma"))
 
 
@@ -247,6 +255,26 @@ def _nearest(config: Config, name: str, values, p: Problem, checks) -> Config:
 _GRID_VARIANT = {"persistent": "tiled", "tma_persistent": "tma"}
 
 
+def _block_choices(problem: Problem) -> dict[str, list[int]]:
+    """The block sizes and GROUP_M values drawn for a problem (one distribution per name in a study: both engines
+    draw from these)."""
+    m, n, k, _ = _dims(problem)
+    k_lo, k_hi = k_range(problem)
+    return {
+        "BLOCK_M": _choices(BLOCKS_MN, min(m, MIN_REUSE), m, DEFAULT["BLOCK_M"]),
+        "BLOCK_N": _choices(BLOCKS_MN, min(n, MIN_REUSE), n, DEFAULT["BLOCK_N"]),
+        "BLOCK_K": _choices(BLOCKS_K, k_lo, min(max(k, k_lo), k_hi), DEFAULT["BLOCK_K"]),
+        "GROUP_M": list(GROUPS),
+    }
+
+
+def _suggest_engines(trial, problem: Problem) -> Config:
+    """The engine drawn where the Gluon kernel runs on the problem, then that engine's config."""
+    if gluon.runs_on(problem) and trial.suggest_categorical("engine", list(gluon.ENGINES)) == "gluon":
+        return gluon.suggest(trial, _block_choices(problem), list(STAGES), gluon.MATMUL_FIXED, problem, gated=False)
+    return _suggest(trial, problem)
+
+
 def _suggest(trial, problem: Problem) -> Config:
     """Blocks drawn up to the bucket's sizes (and the default's, which every study starts from); GROUP_M
     only where there are tiles to group, SPLIT_K only for the grid variants. A draw that does not fit is
@@ -254,16 +282,14 @@ def _suggest(trial, problem: Problem) -> Config:
     to the nearest value that fits the drawn tile, and a persistent variant with too few tiles to share
     becomes its grid counterpart. The trial keeps the drawn values, the config the repaired ones."""
     m, n, k, _ = _dims(problem)
-    k_lo, k_hi = k_range(problem)
+    k_lo = k_range(problem)[0]
+    blocks = _block_choices(problem)
     config = {
+        **gluon.TRITON,
         "variant": trial.suggest_categorical(
             "variant", [v for v in VARIANTS if not v.startswith("tma") or tma_available()]
         ),
-        "BLOCK_M": trial.suggest_categorical("BLOCK_M", _choices(BLOCKS_MN, min(m, MIN_REUSE), m, DEFAULT["BLOCK_M"])),
-        "BLOCK_N": trial.suggest_categorical("BLOCK_N", _choices(BLOCKS_MN, min(n, MIN_REUSE), n, DEFAULT["BLOCK_N"])),
-        "BLOCK_K": trial.suggest_categorical(
-            "BLOCK_K", _choices(BLOCKS_K, k_lo, min(max(k, k_lo), k_hi), DEFAULT["BLOCK_K"])
-        ),
+        **{name: trial.suggest_categorical(name, blocks[name]) for name in ("BLOCK_M", "BLOCK_N", "BLOCK_K")},
         "num_warps": trial.suggest_categorical("num_warps", list(WARPS)),
         "num_stages": trial.suggest_categorical("num_stages", list(STAGES)),
     }
@@ -272,7 +298,7 @@ def _suggest(trial, problem: Problem) -> Config:
     config["GROUP_M"] = DEFAULT["GROUP_M"] if core_is_default else 1
     config["SPLIT_K"] = 1
     if m > config["BLOCK_M"] and n > config["BLOCK_N"]:
-        config["GROUP_M"] = trial.suggest_categorical("GROUP_M", list(GROUPS))
+        config["GROUP_M"] = trial.suggest_categorical("GROUP_M", blocks["GROUP_M"])
     if not config["variant"].endswith("persistent") and tiles(config, problem) * 2 <= SPLIT_FILL * hardware()[1]:
         config["SPLIT_K"] = trial.suggest_categorical("SPLIT_K", _choices(SPLITS, 1, max(k, k_lo) // k_lo, 1))
     if _is_default(config):
@@ -296,21 +322,30 @@ SPACE = SearchSpace(
         Param("num_warps", WARPS),
         Param("num_stages", STAGES),
         Param("SPLIT_K", SPLITS),
+        *gluon.PARAMS,  # since the Gluon engine: matmul's and linear's specs `extend` the space without them
     ),
     default=DEFAULT,
     constraints=(
-        _variant_available,
-        _block_k_fits_dtype,
-        _fits_shared_memory,
-        _fits_registers,
-        _no_idle_warps,
-        _blocks_fit_problem,
-        _group_has_rows,
-        _split_k_fills_the_gpu,
-        _persistent_has_tiles_to_share,
-        _stages_have_loads,
+        gluon.engine_fixes_the_others(gluon.MATMUL_FIXED),
+        gluon.where_it_runs(gated=False),
+        *map(
+            gluon.triton_only,
+            (
+                _variant_available,
+                _block_k_fits_dtype,
+                _fits_shared_memory,
+                _fits_registers,
+                _no_idle_warps,
+                _blocks_fit_problem,
+                _group_has_rows,
+                _split_k_fills_the_gpu,
+                _persistent_has_tiles_to_share,
+                _stages_have_loads,
+            ),
+        ),
     ),
-    suggest_fn=_suggest,
+    suggest_fn=_suggest_engines,
+    starts_fn=lambda p: gluon.starts(p, gluon.MATMUL_FIXED, gated=False),
 )
 
 

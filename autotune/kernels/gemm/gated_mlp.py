@@ -9,6 +9,9 @@ projection's work, and keeping them costs what eager torch keeps. The backward r
 elementwise kernel for dg = dh * u * act'(g) and du = dh * act(g), then dx = dg @ w_gate + du @ w_up and
 [dw_gate; dw_up] = [dg | du]^T @ x (one product for both) and dw_down = dy^T @ h through the tuned matmul.
 A backward recorded for a second order (create_graph=True) gets torch's exact gradients instead.
+
+On a Hopper GPU a bucket's config may run the Gluon GEMM's gated epilogue (engine="gluon": gluon_engine.py); a call
+it cannot run (biases, a view TMA cannot read) launches the best stored Triton config instead.
 """
 
 from __future__ import annotations
@@ -22,6 +25,8 @@ from autotune.kernels.common import second_order as _second_order
 from autotune.kernels.gemm import gated as _gated
 from autotune.kernels.gemm import gated_problems as problems_
 from autotune.kernels.gemm import gemm as _gemm
+from autotune.kernels.gemm import gluon_engine as _gluon
+from autotune.kernels.gemm import hopper_gemm as _hopper
 from autotune.kernels.gemm.gated_backward import gates_backward
 from autotune.kernels.gemm.matmul import (
     apply_activation,
@@ -35,16 +40,21 @@ from autotune.kernels.gemm.matmul import (
     needs_graph,
 )
 from autotune.search_spaces.gated_mlp import SPACE, bucket, resources
-from autotune.spec import DTYPE_NAMES, Inputs
+from autotune.search_spaces.gemm_gluon import TRITON
+from autotune.spec import DTYPE_NAMES, EarlierSpace, Inputs
 
 
 def gated_rows(x, w_gate, b_gate, w_up, b_up, activation: str, store_gu: bool,
                config: dict) -> tuple[torch.Tensor, torch.Tensor]:
-    """(h, [g | u] or an empty tensor), new contiguous tensors, for a 2-D x with one config."""
+    """(h, [g | u] or an empty tensor), new contiguous tensors, for a 2-D x with one config (ValueError where a
+    Gluon config cannot run the call: `runnable` picks one that can)."""
     m, k = x.shape
     n = w_gate.shape[0]
     h = x.new_empty((m, n))
     gu = x.new_empty((m, 2 * n) if store_gu else (0,))
+    if not _gluon.is_triton(config):
+        _gluon.run_gated(x, w_gate, w_up, h, gu if store_gu else None, activation, config)
+        return h, gu
     launch = _TUNED.derived(
         ("gated", x.dtype, m, n, k, x.stride(), w_gate.stride(), w_up.stride(), h.stride(), b_gate is not None,
          b_up is not None, store_gu, activation, tuple(sorted(config.items()))),
@@ -63,12 +73,21 @@ def _config(dtype: torch.dtype, m: int, k: int, h: int, n: int) -> dict:
     return _TUNED.lookup(dtype, (m, k, h, n), lambda: bucket(problem()), problem)
 
 
+def runnable(config: dict, x, w_gate, b_gate, w_up, b_up, w_down, activation: str) -> dict:
+    """config, or where it runs the Gluon engine and that cannot run this call, the best stored Triton config of
+    the call's bucket."""
+    if _gluon.gated_refuses(x, w_gate, w_up, b_gate, b_up, activation, config) is None:
+        return config
+    sizes = {"m": x.shape[0], "k": x.shape[1], "h": w_gate.shape[0], "n": w_down.shape[0]}
+    return _gluon.triton_config(_TUNED, x.dtype, sizes)
+
+
 def gated_mlp_rows(x, w_gate, b_gate, w_up, b_up, w_down, b_down, activation: str,
                    save: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """The tuned gated MLP of a 2-D x: (y, and where `save` h and [g | u] for the backward, else empty tensors)."""
     m, k = x.shape
     h_size, n = w_gate.shape[0], w_down.shape[0]
-    config = _config(x.dtype, m, k, h_size, n)
+    config = runnable(_config(x.dtype, m, k, h_size, n), x, w_gate, b_gate, w_up, b_up, w_down, activation)
     if m * h_size:
         runtime.note_launch("gated_mlp", config)
     h, gu = gated_rows(x, w_gate, b_gate, w_up, b_up, activation, save, config)
@@ -139,7 +158,8 @@ def _gradients(ctx, dy) -> tuple[torch.Tensor | None, ...]:
         return _second_order.torch_gradients(_torch_forward(ctx.activation), dy, (x, *params))
     need = ctx.needs_input_grad[:7]
     if h.dim() == 1:  # not saved: the op was called without `save`
-        config = _config(x.dtype, *x.shape, *w_down.shape[::-1])
+        config = runnable(_config(x.dtype, *x.shape, *w_down.shape[::-1]), x, w_gate, b_gate, w_up, b_up, w_down,
+                          ctx.activation)
         h, gu = gated_rows(x, w_gate, b_gate, w_up, b_up, ctx.activation, True, config)
     grads: list[torch.Tensor | None] = [None] * 7
     grads[5] = mm(dy.t(), h) if need[5] else None
@@ -254,8 +274,8 @@ GATED_MLP = gemm_spec(
     reference=lambda inputs: _torch_gated_mlp(inputs, torch.float64),
     baseline=lambda inputs: _torch_gated_mlp(inputs, None),
     problems=problems_.gated_problems,
-    problems_for_config=lambda config, dtype, max_numel: problems_.gated_problems_for_config(
-        config, DTYPE_NAMES[dtype], max_numel),
+    problems_for_config=lambda config, dtype, max_numel: _gluon.aligned_problems(problems_.gated_problems_for_config(
+        config, DTYPE_NAMES[dtype], max_numel), config, ("m", "k", "h"), plain=False),
     make_inputs=problems_.gated_inputs,
     bucket=bucket,
     cost=problems_.gated_cost,
@@ -263,7 +283,9 @@ GATED_MLP = gemm_spec(
     presets=[problems_.parse_gated(s) for s in ("8192x4096x14336x4096", "4096x4096x14336x4096", "8192x2048x5632x2048")],
     interpreter_presets=[problems_.parse_gated("33x40x72x24")],
     parse_shape=problems_.parse_gated,
-    sources=(*_gemm.SOURCES, *_gated.SOURCES),  # the down projection runs gemm.py's kernel
+    sources=(*_gemm.SOURCES, *_gated.SOURCES, *_hopper.SOURCES),  # the down projection runs gemm.py's kernel
+    # The rows tuned before the Gluon engine: the Triton kernels alone, configs without the engine's parameters.
+    extends=(EarlierSpace.before(SPACE, (*_gemm.SOURCES, *_gated.SOURCES), new=TRITON),),
     description="down(act(gate(x)) * up(x)) (SwiGLU, GeGLU), gate and up in one GEMM with act(g) * u fused",
     bucket_edges=problems_.gated_edges,
     public=lambda inputs: gated_mlp(inputs["x"], inputs["w_gate"], inputs["w_up"], inputs["w_down"],

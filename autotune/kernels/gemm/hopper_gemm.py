@@ -8,7 +8,7 @@ streams the A and B blocks of each tile by TMA into a NUM_STAGES-deep shared-mem
 one or two consumer warpgroups issue asynchronous wgmmas from the ring, keep one group in flight, release each
 stage as its wgmma retires, and store their tile through shared memory by TMA. The store of one tile drains
 while the next tile's mainloop runs (waited only before its buffer is written again), and the producer fills
-the ring for the next tile during an epilogue. Schedules and config keys: hopper_gemm_config.py.
+the ring for the next tile during an epilogue. Schedules and config keys: search_spaces/hopper_gemm_config.py.
 
 Operands may be row-major or transposed (a column-major a = a (K, M) view's transpose, b as linear's weight.T):
 the TMA unit reads the transposed ones as (K, M) and (N, K) blocks and wgmma reads those shared-memory tiles
@@ -23,7 +23,7 @@ import triton
 
 from autotune import gpu
 from autotune.kernels.common.grid import cdiv
-from autotune.kernels.gemm import hopper_gemm_config as cfg
+from autotune.search_spaces import hopper_gemm_config as cfg
 
 try:
     from triton.experimental import gluon
@@ -250,6 +250,10 @@ def _hopper_gemm_kernel(a_desc, b_desc, u_desc, c_desc, g_desc, uo_desc, M, N, K
             (_loader, (a_desc, b_desc, u_desc, a_bufs, b_bufs, ready, empty, M, N, K,
                        BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, NUM_STAGES, A_PARTS, A_T, B_T, GATED)),
         ], [4, 1], [CONSUMER_REGISTERS, 24])
+
+
+SOURCES = (_activate, _tile_origin, _loader, _store_tile, _consumer, _hopper_gemm_kernel)
+"""Every Gluon function the kernel runs: in the source hash of the specs whose configs may run it."""
 
 
 def _read_problem(name: str, t: torch.Tensor) -> str | None:

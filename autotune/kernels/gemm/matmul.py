@@ -7,6 +7,9 @@ kernel also stores the pre-activation (a second output written by the same epilo
 recomputing the product); the backward applies the activation's derivative to the incoming gradient
 with torch's own formula (aten's *_backward ops), then runs dx = dz @ W, dW = dz^T @ x through the tuned
 matmul and sums db = dz over rows.
+
+On a Hopper GPU a bucket's config may run the Gluon GEMM (engine="gluon": gluon_engine.py); a call it cannot run
+(a bias, an activation, a batch, a view TMA cannot read) launches the best stored Triton config instead.
 """
 
 from __future__ import annotations
@@ -19,9 +22,12 @@ import torch.nn.functional as F
 from autotune import gpu, runtime
 from autotune.kernels.common import checks as _checks
 from autotune.kernels.gemm import gemm as _gemm
+from autotune.kernels.gemm import gluon_engine as _gluon
+from autotune.kernels.gemm import hopper_gemm as _hopper
 from autotune.kernels.gemm import problems as problems_
+from autotune.search_spaces.gemm_gluon import TRITON
 from autotune.search_spaces.matmul import SPACE, bucket, resources
-from autotune.spec import DTYPE_NAMES, Inputs, KernelSpec
+from autotune.spec import DTYPE_NAMES, EarlierSpace, Inputs, KernelSpec
 
 DTYPES = (torch.float32, torch.float16) if gpu.interpreter_active() else (torch.float32, torch.float16, torch.bfloat16)
 """bfloat16 needs a GPU: the Triton interpreter computes bfloat16 tl.dot wrongly."""
@@ -73,12 +79,19 @@ def matmul_batched(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """The tuned a @ b for a (B, M, K) and b (B, K, N): a new contiguous (B, M, N)."""
     batch, m, k = a.shape
     n = b.shape[2]
-    launch = _TUNED_MATMUL.derived(
-        (a.dtype, a.shape, a.stride(), b.shape, b.stride()),
-        lambda: _gemm.plan(a.shape, a.stride(), b.shape, b.stride(), (m * n, n, 1), a.dtype,
-                           _config(_TUNED_MATMUL, a.dtype, m, n, k, batch if batch > 1 else 0)),
-    )
+    key, rows = (a.dtype, a.shape, a.stride(), b.shape, b.stride()), batch if batch > 1 else 0
+
+    def plan(config: dict) -> _gemm.Launch:
+        return _gemm.plan(a.shape, a.stride(), b.shape, b.stride(), (m * n, n, 1), a.dtype, config)
+
+    launch = _gluon.routed(_TUNED_MATMUL, key, lambda: _config(_TUNED_MATMUL, a.dtype, m, n, k, rows), plan)
     y = torch.empty((batch, m, n), dtype=a.dtype, device=a.device)
+    if isinstance(launch, dict):  # the bucket's Gluon config
+        if batch == 1 and _gluon.matmul_refuses(a[0], b[0], launch) is None:
+            runtime.note_launch("matmul", launch)
+            _gluon.launch_matmul(a[0], b[0], y[0], launch)
+            return y
+        launch = _gluon.triton_plan(_TUNED_MATMUL, key, lambda: _gluon.triton_config(_TUNED_MATMUL, a.dtype, {"m": m, "n": n, "k": k, "batch": rows}), plan)
     if not launch.empty:
         runtime.note_launch("matmul", launch.config)
         _gemm.run(launch, a, b, y)
@@ -86,10 +99,10 @@ def matmul_batched(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 
 
 def _linear_plan(dtype: torch.dtype, m: int, n: int, k: int, x_strides: tuple[int, ...], w_strides: tuple[int, ...],
-                 bias: bool, pre: bool, activation: str) -> _gemm.Launch:
+                 bias: bool, pre: bool, activation: str, config: dict) -> _gemm.Launch:
     """The GEMM launch of linear_rows: x (M, K) as a batch of one, weight (N, K) read as its transpose."""
     return _gemm.plan((1, m, k), (0, *x_strides), (1, k, n), (0, w_strides[1], w_strides[0]), (0, n, 1), dtype,
-                      _config(_TUNED_LINEAR, dtype, m, n, k, 0), bias=bias, pre=pre, activation=activation)
+                      config, bias=bias, pre=pre, activation=activation)
 
 
 def linear_rows(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, activation: str,
@@ -98,12 +111,20 @@ def linear_rows(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None
     m, k = x.shape
     n = weight.shape[0]
     has_bias = bias is not None
-    launch = _TUNED_LINEAR.derived(
-        (x.dtype, m, n, k, x.stride(), weight.stride(), has_bias, save_pre, activation),
-        lambda: _linear_plan(x.dtype, m, n, k, x.stride(), weight.stride(), has_bias, save_pre, activation),
-    )
+    key = (x.dtype, m, n, k, x.stride(), weight.stride(), has_bias, save_pre, activation)
+
+    def plan(config: dict) -> _gemm.Launch:
+        return _linear_plan(x.dtype, m, n, k, x.stride(), weight.stride(), has_bias, save_pre, activation, config)
+
+    launch = _gluon.routed(_TUNED_LINEAR, key, lambda: _config(_TUNED_LINEAR, x.dtype, m, n, k, 0), plan)
     y = torch.empty((m, n), dtype=x.dtype, device=x.device)
     z = torch.empty_like(y) if save_pre else y.new_empty(0)
+    if isinstance(launch, dict):  # the bucket's Gluon config
+        if _gluon.linear_refuses(x, weight, bias, activation, save_pre, launch) is None:
+            runtime.note_launch("linear", launch)
+            _gluon.launch_matmul(x, weight.t(), y, launch)
+            return y, z
+        launch = _gluon.triton_plan(_TUNED_LINEAR, key, lambda: _gluon.triton_config(_TUNED_LINEAR, x.dtype, {"m": m, "n": n, "k": k, "batch": 0}), plan)
     if not launch.empty:
         runtime.note_launch("linear", launch.config)
         _gemm.run(launch, x, weight, y, bias=bias, z=z if save_pre else None)
@@ -334,12 +355,22 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
 
 def _spec_matmul(inputs: Inputs, config: dict, out: torch.Tensor) -> torch.Tensor:
     a3, b3 = _batched(inputs["a"], inputs["b"])
+    if not _gluon.is_triton(config):
+        if a3.shape[0] != 1:
+            raise ValueError(f"matmul: engine=gluon multiplies one pair of matrices, got a batch of {a3.shape[0]}")
+        _gluon.run_matmul(a3[0], b3[0], out.view(a3.shape[1], b3.shape[2]), config)
+        return out
     _gemm.gemm(a3, b3, out.view(a3.shape[0], a3.shape[1], b3.shape[2]), config)
     return out
 
 
 def _spec_linear(inputs: Inputs, config: dict, out: torch.Tensor) -> torch.Tensor:
     x = inputs["x"].reshape(-1, inputs["x"].shape[-1])
+    if not _gluon.is_triton(config):
+        if inputs["bias"] is not None or inputs["activation"] != "none":
+            raise ValueError("linear: engine=gluon adds no bias and applies no activation")
+        _gluon.run_matmul(x, inputs["weight"].t(), out.view(x.shape[0], -1), config, "linear")
+        return out
     _gemm.gemm(x.unsqueeze(0), inputs["weight"].t().unsqueeze(0), out.view(1, x.shape[0], -1), config,
                bias=inputs["bias"], activation=inputs["activation"])
     return out
@@ -365,8 +396,8 @@ MATMUL = gemm_spec(
     reference=lambda inputs: torch.matmul(inputs["a"].double(), inputs["b"].double()),
     baseline=lambda inputs: torch.matmul(inputs["a"], inputs["b"]),
     problems=problems_.matmul_problems,
-    problems_for_config=lambda config, dtype, max_numel: problems_.problems_for_config(
-        config, DTYPE_NAMES[dtype], max_numel, problems_.matmul_problems),
+    problems_for_config=lambda config, dtype, max_numel: _gluon.aligned_problems(problems_.problems_for_config(
+        config, DTYPE_NAMES[dtype], max_numel, problems_.matmul_problems), config, ("m", "k", "n")),
     make_inputs=problems_.matmul_inputs,
     bucket=bucket,
     cost=problems_.matmul_cost,
@@ -374,7 +405,9 @@ MATMUL = gemm_spec(
                                                  "8192x4096x14336", "8192x14336x4096", "8192x4096x16384")],
     interpreter_presets=[problems_.parse_matmul("65x40x72")],
     parse_shape=problems_.parse_matmul,
-    sources=_gemm.SOURCES,
+    sources=(*_gemm.SOURCES, *_hopper.SOURCES),
+    # The rows tuned before the Gluon engine: the Triton kernels alone, configs without the engine's parameters.
+    extends=(EarlierSpace.before(SPACE, _gemm.SOURCES, new=TRITON),),
     description="a @ b (torch.matmul) for 2-D and batched 3-D operands, any strides",
     bucket_edges=problems_.matmul_edges,
     public=lambda inputs: matmul(inputs["a"], inputs["b"]),
@@ -389,8 +422,8 @@ LINEAR = gemm_spec(
     reference=lambda inputs: _torch_linear(inputs, torch.float64),
     baseline=lambda inputs: _torch_linear(inputs, None),
     problems=problems_.linear_problems,
-    problems_for_config=lambda config, dtype, max_numel: problems_.problems_for_config(
-        config, DTYPE_NAMES[dtype], max_numel, problems_.linear_problems),
+    problems_for_config=lambda config, dtype, max_numel: _gluon.aligned_problems(problems_.problems_for_config(
+        config, DTYPE_NAMES[dtype], max_numel, problems_.linear_problems), config, ("m", "k", "n")),
     make_inputs=problems_.linear_inputs,
     bucket=bucket,
     cost=problems_.linear_cost,
@@ -398,7 +431,8 @@ LINEAR = gemm_spec(
     presets=[problems_.parse_linear(s) for s in ("8192x4096x16384,bias,gelu_tanh", "8192x16384x4096,bias", "8192x4096x4096,bias")],
     interpreter_presets=[problems_.parse_linear("33x72x40,bias,gelu_tanh")],
     parse_shape=problems_.parse_linear,
-    sources=_gemm.SOURCES,
+    sources=(*_gemm.SOURCES, *_hopper.SOURCES),
+    extends=(EarlierSpace.before(SPACE, _gemm.SOURCES, new=TRITON),),
     description="activation(x @ weight.T + bias) (torch.nn.functional.linear), bias and activation fused",
     bucket_edges=problems_.linear_edges,
     public=lambda inputs: linear(inputs["x"], inputs["weight"], inputs["bias"], inputs["activation"]),

@@ -1,5 +1,6 @@
-"""The configs of the Gluon Hopper GEMM (hopper_gemm.py): what each key may be, the shared memory and registers a
-config takes, and why a config cannot run (`config_problem`). Plain Python, importable without Gluon.
+"""The configs of the Gluon Hopper GEMM (kernels/gemm/hopper_gemm.py): what each key may be, the shared memory and
+registers a config takes, and why a config cannot run (`config_problem`). Plain Python, importable without Gluon; the
+GEMM family's Gluon engine (gemm_gluon.py) judges its configs with it.
 
 A config: BLOCK_M (the rows of one consumer warpgroup's accumulator), BLOCK_N (its columns; for the gated GEMM,
 per projection: the gate's and the up projection's accumulators are each BLOCK_M x BLOCK_N), BLOCK_K,
