@@ -1,5 +1,6 @@
 """Comparing a kernel's outputs with float64: the error budget earned from PyTorch's own error in the same dtype, a
-storage ulp and a little float32 compute slack; NaN never passes, and outputs must have the reference's shapes."""
+storage ulp and a little float32 compute slack, element by element and over the whole tensor (normwise); NaN never
+passes, and outputs must have the reference's shapes."""
 
 from __future__ import annotations
 
@@ -56,7 +57,11 @@ def compare(
     """Error of `out` against float64 `ref`, its budget from `base` (PyTorch, same dtype), and why it fails.
 
     Elementwise relative error with an absolute floor of one ulp at the tensor's scale; with `floor` (the
-    spec's error_floor), relative to the larger of the reference and the floor, element by element. Where
+    spec's error_floor), relative to the larger of the reference and the floor, element by element. Then the
+    normwise error, ||out - ref|| / ||size|| (size: that larger of the two per element), within its own budget
+    from PyTorch's normwise error: where PyTorch's worst element errs far (tiny gradients, cancellations) the
+    elementwise budget is wide, and only the norm catches an error spread over every element (a wrong scale).
+    The error and budget returned are the elementwise ones unless the normwise criterion fails. Where
     the reference is not finite (overflow, all -inf rows), the candidate must reproduce it, or PyTorch's
     value where that is not finite either. Where only PyTorch overflowed, the candidate may do the same
     or be judged against the reference like any other element; likewise where the finite reference is past
@@ -96,7 +101,21 @@ def compare(
     budget = FACTOR * base_err + eps + FP32_SLACK_ULPS * torch.finfo(torch.float32).eps
     if err > budget:
         return err, budget, f"error {err:.3g} > budget {budget:.3g} (PyTorch {dtype} error {base_err:.3g})"
+    norm_err, base_norm_err = normwise_error(o, r, size), normwise_error(b, rb, sb)
+    # one storage ulp, twice what a correctly rounded output errs normwise: PyTorch may be that exact and a kernel
+    # that rounds its fp32 result once not quite (the interpreter's shipped kernels stay under a third of this)
+    norm_budget = FACTOR * base_norm_err + eps + FP32_SLACK_ULPS * torch.finfo(torch.float32).eps
+    if norm_err > norm_budget:
+        reason = f"normwise error {norm_err:.3g} > budget {norm_budget:.3g} (PyTorch {dtype} normwise error "
+        return norm_err, norm_budget, reason + f"{base_norm_err:.3g})"
     return err, budget, None
+
+
+def normwise_error(out: torch.Tensor, ref: torch.Tensor, size: torch.Tensor) -> float:
+    """||out - ref|| / ||size|| (2-norms, float64); 0 where size is all zero (the elementwise criterion's
+    absolute floor judges an all-zero reference)."""
+    denominator = float(torch.linalg.vector_norm(size))
+    return float(torch.linalg.vector_norm(out - ref)) / denominator if denominator > 0 else 0.0
 
 
 class InvalidOutputs(TypeError):

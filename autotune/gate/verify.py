@@ -2,7 +2,8 @@
 
 The error budget is earned, not guessed: on every problem the candidate's error against float64 must be
 within a small factor of PyTorch's own error in the same dtype, plus one storage ulp and a little fp32
-compute slack. Outputs are poisoned with NaN before each run, so an unwritten element always fails.
+compute slack, both at its worst element and normwise (a scale error spread over every element). Outputs
+are poisoned with NaN before each run, so an unwritten element always fails.
 A kernel whose outputs are long sums (a GEMM's) gives an error floor per element: where a sum cancels far
 below the size of its terms, its rounding error is judged against that size, not against the leftover
 (there two correct summation orders differ by any factor, and the worst such element would decide).
