@@ -2,14 +2,12 @@
 tensors on the CPU; on a GPU, a view TMA cannot address), launches the best stored Triton config instead: its
 bucket's own Triton row (one of the space the engine extends, which the Gluon row shadows), else the default."""
 
-import json
-
 import pytest
 import torch
+from stored_rows import store_best
 
 import autotune
-from autotune import gpu, runtime
-from autotune.db import BestRow, ConfigStore
+from autotune import runtime
 from autotune.kernels.attention import flash_attn_backward as fab
 from autotune.kernels.attention import problems as problems_
 from autotune.kernels.attention import reference
@@ -47,23 +45,7 @@ def hopper(monkeypatch):
 
 def plant(path, config: dict, source_hash: str) -> None:
     spec = autotune.get("flash_attn_backward")
-    with ConfigStore(str(path)) as store:
-        store.record_best(
-            BestRow(
-                kernel="flash_attn_backward",
-                source_hash=source_hash,
-                config_json=json.dumps(config),
-                time_ms=1.0,
-                dtype="fp16",
-                gpu=gpu.current_gpu().name,
-                device_name="test",
-                bucket=spec.bucket(PROBLEM),
-                problem_json=json.dumps({**PROBLEM, "dtype": "fp16"}),
-                examples_verified=20,
-                triton_version="x",
-                torch_version="y",
-            )
-        )
+    store_best(path, spec, spec.bucket(PROBLEM), config, "fp16", {**PROBLEM, "dtype": "fp16"}, source_hash)
 
 
 def gradients() -> tuple[list, tuple, tuple]:
