@@ -12,7 +12,9 @@ import json
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 
+from autotune.measure import report
 from autotune.spec import shape_label
 
 
@@ -85,3 +87,27 @@ def _records(stdout: str) -> list[dict]:
         except json.JSONDecodeError:  # what else the child printed
             continue
     return records
+
+
+def run_grid(
+    result: dict,
+    grid: list,
+    unfit: Callable[[object], str | None],
+    run: Callable[[object], dict],
+    label: Callable[[object], str],
+    text: Callable[[dict], str],
+    out: str,
+) -> None:
+    """Each entry of grid that is not `unfit` run (its outcome appended to result["configs"]) and the report
+    saved to OUT.md/.json after each, so that a probe cut short keeps what it measured; then printed."""
+    for entry in grid:
+        if (why := unfit(entry)) is not None:
+            print(f"{label(entry)}: skipped, {why}", flush=True)
+            continue
+        done = run(entry)
+        print(f"{done['label']}: {done['status'][:300]} ({done['seconds']} s)", flush=True)
+        result["configs"].append(done)
+        report.save(out, result, text(result))
+    markdown = text(result)
+    report.save(out, result, markdown)
+    print(markdown)

@@ -29,7 +29,7 @@ from autotune.gate.compare import compare_outputs
 from autotune.kernels import flash_attn
 from autotune.kernels.attention import hopper_backward, hopper_forward
 from autotune.kernels.attention import problems as problems_
-from autotune.measure import bench, environment, report
+from autotune.measure import bench, environment
 from autotune.measure.attention_peers import sdpa_call
 from autotune.measure.peers import PeerUnavailable, training_step
 from autotune.spec import dtype_from_name, shape_label
@@ -280,19 +280,14 @@ def main() -> None:
         "baselines": baselines(presets, dtype),
         "configs": [],
     }
-    for config in grid:
-        problems = [hopper_backward.config_problem(config, d) for d in sorted({p["head_dim"] for p in presets})]
-        if all(problems):
-            print(f"{label(config)}: skipped, {problems[0]}", flush=True)
-            continue
-        outcome_ = run_config(config, args.dtype, shapes, args.timeout)
-        print(f"{outcome_['label']}: {outcome_['status'][:300]} ({outcome_['seconds']} s)", flush=True)
-        result["configs"].append(outcome_)
-        if args.out:  # after each config: a run cut short keeps what it measured
-            report.save(args.out, result, text(result))
-    markdown = text(result)
-    report.save(args.out, result, markdown)
-    print(markdown)
+    head_dims = sorted({p["head_dim"] for p in presets})
+
+    def unfit(config: dict) -> str | None:  # tiles that fit no preset's head dim
+        problems = [hopper_backward.config_problem(config, d) for d in head_dims]
+        return problems[0] if all(problems) else None
+
+    run = lambda config: run_config(config, args.dtype, shapes, args.timeout)  # noqa: E731
+    config_probe.run_grid(result, grid, unfit, run, label, text, args.out)
 
 
 if __name__ == "__main__":

@@ -29,7 +29,7 @@ import autotune  # first: picks the Triton interpreter when there is no GPU, bef
 from autotune.gate.compare import compare_outputs
 from autotune.kernels.gemm import gated_mlp, hopper_gemm
 from autotune.kernels.gemm.matmul import linear, mm
-from autotune.measure import bench, environment, report
+from autotune.measure import bench, environment
 from autotune.search_spaces import hopper_gemm_config as cfg
 from autotune.spec import dtype_from_name
 
@@ -291,17 +291,15 @@ def main() -> None:
         "baselines": {kind: baselines(kind, s, dtype) for kind, s in shapes.items()},
         "configs": [],
     }
-    for kind, config in QUICK if args.quick else GRID:
-        if (problem := cfg.config_problem(config, kind == "gated")) is not None:
-            print(f"{label(kind, config)}: skipped, {problem}", flush=True)
-            continue
-        outcome_ = run_config(kind, config, args.dtype, shapes[kind], args.timeout)
-        print(f"{outcome_['label']}: {outcome_['status'][:300]} ({outcome_['seconds']} s)", flush=True)
-        result["configs"].append(outcome_)
-        report.save(args.out, result, text(result))  # what ran so far survives a probe cut off later
-    markdown = text(result)
-    report.save(args.out, result, markdown)
-    print(markdown)
+    config_probe.run_grid(
+        result,
+        QUICK if args.quick else GRID,
+        lambda entry: cfg.config_problem(entry[1], entry[0] == "gated"),
+        lambda entry: run_config(*entry, args.dtype, shapes[entry[0]], args.timeout),
+        lambda entry: label(*entry),
+        text,
+        args.out,
+    )
 
 
 if __name__ == "__main__":
