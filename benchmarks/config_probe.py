@@ -8,14 +8,15 @@ times are kept by shape and then by what was timed), {"kind": "unsupported", "re
 
 from __future__ import annotations
 
+import argparse
 import json
 import subprocess
 import sys
 import time
 from collections.abc import Callable
 
-from autotune.measure import report
-from autotune.spec import shape_label
+from autotune.measure import environment, report
+from autotune.spec import dtype_from_name, shape_label
 
 
 def emit(**record) -> None:
@@ -111,3 +112,48 @@ def run_grid(
     markdown = text(result)
     report.save(out, result, markdown)
     print(markdown)
+
+
+def attention_main(probe, config_problem: Callable[[dict, int], str | None], timeout: float, **extra) -> None:
+    """The command line of an attention probe. `probe` is its module: PRESETS, GRID, QUICK, child(config, dtype,
+    presets), baselines(presets, dtype), label, text and run_config; `config_problem(config, head_dim)` says why
+    a config cannot take a head dim; `extra` goes into the report as it is."""
+    from autotune.kernels.attention import problems
+
+    parser = argparse.ArgumentParser(description=probe.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", help="path prefix for .md and .json")
+    parser.add_argument("--dtype", default="bf16", help="bf16 or fp16")
+    parser.add_argument("--shape", action="append", default=[], help=f"a flash_attn shape (default {probe.PRESETS})")
+    parser.add_argument("--config", action="append", default=[], help="a config as JSON (repeatable; default GRID)")
+    parser.add_argument("--quick", action="store_true", help=f"only the first {len(probe.QUICK)} configs of GRID")
+    parser.add_argument("--timeout", type=float, default=timeout, help="seconds per config's child process")
+    parser.add_argument("--child", help=argparse.SUPPRESS)  # a config as JSON: run it in this process
+    args = parser.parse_args()
+    dtype = dtype_from_name(args.dtype)
+    shapes = args.shape or list(probe.PRESETS)
+    presets = [problems.parse_shape(s) for s in shapes]
+    if args.child:
+        probe.child(json.loads(args.child), dtype, presets)
+        return
+    if not args.out:
+        parser.error("--out is required")
+    grid = [json.loads(c) for c in args.config] or (probe.QUICK if args.quick else probe.GRID)
+    print(f"baselines on {len(presets)} shapes...", flush=True)
+    result = {
+        "environment": environment.environment(),
+        "dtype": args.dtype,
+        "presets": presets,
+        **extra,
+        "baselines": probe.baselines(presets, dtype),
+        "configs": [],
+    }
+    head_dims = sorted({p["head_dim"] for p in presets})
+
+    def unfit(config: dict) -> str | None:  # tiles that fit no preset's head dim
+        reasons = [config_problem(config, d) for d in head_dims]
+        return reasons[0] if all(reasons) else None
+
+    def run(config: dict) -> dict:
+        return probe.run_config(config, args.dtype, shapes, args.timeout)
+
+    run_grid(result, grid, unfit, run, probe.label, probe.text, args.out)

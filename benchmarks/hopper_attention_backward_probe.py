@@ -15,8 +15,8 @@ is a training step through autograd (autotune.measure.peers.training_step). A wr
 
 from __future__ import annotations
 
-import argparse
 import json
+import sys
 import traceback
 
 import config_probe
@@ -32,7 +32,7 @@ from autotune.kernels.attention import problems as problems_
 from autotune.measure import bench, environment
 from autotune.measure.attention_peers import sdpa_call
 from autotune.measure.peers import PeerUnavailable, training_step
-from autotune.spec import dtype_from_name, shape_label
+from autotune.spec import shape_label
 
 PRESETS = ("4x16x4096x128", "4x16x4096x128+causal", "16x16x1024x128", "4x32x4096x64")
 PEERS = ("sdpa-cudnn", "sdpa-flash", "sdpa-default")
@@ -253,41 +253,9 @@ def text(result: dict) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--out", help="path prefix for .md and .json")
-    parser.add_argument("--dtype", default="bf16", help="bf16 or fp16")
-    parser.add_argument("--shape", action="append", default=[], help=f"a flash_attn shape (default {PRESETS})")
-    parser.add_argument("--config", action="append", default=[], help="a config as JSON (repeatable; default GRID)")
-    parser.add_argument("--quick", action="store_true", help=f"only the first {len(QUICK)} configs of GRID")
-    parser.add_argument("--timeout", type=float, default=150, help="seconds per config's child process")
-    parser.add_argument("--child", help=argparse.SUPPRESS)  # a config as JSON: run it in this process
-    args = parser.parse_args()
-    dtype = dtype_from_name(args.dtype)
-    shapes = args.shape or list(PRESETS)
-    presets = [problems_.parse_shape(s) for s in shapes]
-    if args.child:
-        child(json.loads(args.child), dtype, presets)
-        return
-    if not args.out:
-        parser.error("--out is required")
-    grid = [json.loads(c) for c in args.config] or (QUICK if args.quick else GRID)
-    print(f"baselines on {len(presets)} shapes...", flush=True)
-    result = {
-        "environment": environment.environment(),
-        "dtype": args.dtype,
-        "presets": presets,
-        "forward_config": FORWARD_CONFIG,
-        "baselines": baselines(presets, dtype),
-        "configs": [],
-    }
-    head_dims = sorted({p["head_dim"] for p in presets})
-
-    def unfit(config: dict) -> str | None:  # tiles that fit no preset's head dim
-        problems = [hopper_backward.config_problem(config, d) for d in head_dims]
-        return problems[0] if all(problems) else None
-
-    run = lambda config: run_config(config, args.dtype, shapes, args.timeout)  # noqa: E731
-    config_probe.run_grid(result, grid, unfit, run, label, text, args.out)
+    config_probe.attention_main(
+        sys.modules[__name__], hopper_backward.config_problem, timeout=150, forward_config=FORWARD_CONFIG
+    )
 
 
 if __name__ == "__main__":
