@@ -57,12 +57,15 @@ GRID = [
     {**BASE, "DQ": "combined", "NUM_STAGES": 3},
     {**BASE, "DQ": "combined", "SPLIT_DS": True},
     {**BASE, "BLOCK_M": 128, "DQ": "combined"},
+    {**BASE, "DQ": "separate", "PINGPONG": True},
+    {**BASE, "DQ": "combined", "PINGPONG": True},
+    {**BASE, "PINGPONG": True},
 ]
 """FlashAttention-3's shape (two consumers of 64 keys, 64-query blocks, dQ by TMA reduce-add) and its neighbours:
 the consumers' dQ combined before one add (and with it a third stage), dQ by its own pass, dS split, 128-query
-blocks (head dim 64 only: at 128 their tiles exceed the shared memory). EARLY_DP is left to --config (it spills more
-at head dim 128). A config whose tiles do not fit a head dim is skipped at it. About half a minute each
-(compiles, checks, timings), by estimate: not yet run on a GPU."""
+blocks (head dim 64 only: at 128 their tiles exceed the shared memory), and the two consumers taking turns issuing
+their wgmmas (PINGPONG) with each dQ. EARLY_DP is left to --config (it spills more at head dim 128). A config whose
+tiles do not fit a head dim is skipped at it. About half a minute each (compiles, checks, timings), by estimate."""
 QUICK = GRID[:3]
 FORWARD_CONFIG = dict(hopper_forward.DEFAULT_CONFIG)
 """The Gluon forward's config in forward + backward."""
@@ -72,7 +75,7 @@ def label(config: dict) -> str:
     return (
         f"m{config['BLOCK_M']}n{config['BLOCK_N']}s{config['NUM_STAGES']}c{config['NUM_CONSUMERS']}"
         f"r{config['CONSUMER_REGISTERS']}-{config['DQ']}{'-split' if config['SPLIT_DS'] else ''}"
-        f"{'-earlydp' if config['EARLY_DP'] else ''}"
+        f"{'-earlydp' if config['EARLY_DP'] else ''}{'-pingpong' if config['PINGPONG'] else ''}"
     )
 
 

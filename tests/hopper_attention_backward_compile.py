@@ -22,7 +22,7 @@ from hopper_attention_compile import ptxas_report
 from hopper_compile import compile_with_given_triton, describe
 
 TWO = {"BLOCK_M": 64, "BLOCK_N": 64, "NUM_STAGES": 2, "NUM_CONSUMERS": 2, "CONSUMER_REGISTERS": 240, "DQ": "atomic",
-       "SPLIT_DS": False, "EARLY_DP": False}  # fmt: skip
+       "SPLIT_DS": False, "EARLY_DP": False, "PINGPONG": False}  # fmt: skip
 ONE = {**TWO, "NUM_CONSUMERS": 1, "CONSUMER_REGISTERS": 232}
 CASES = [
     (f"d{d}-{'causal' if causal else 'full'}-{name}", d, causal, "bfloat16", config)
@@ -41,10 +41,31 @@ CASES = [
     ("d64-causal-m128-separate", 64, True, "bfloat16", {**TWO, "BLOCK_M": 128, "DQ": "separate"}),
     ("d128-full-three-stages-fp16", 128, False, "float16", {**TWO, "NUM_STAGES": 3, "DQ": "separate"}),
     ("d128-causal-one-stage", 128, True, "bfloat16", {**TWO, "NUM_STAGES": 1}),
+    ("d128-full-pingpong-separate", 128, False, "bfloat16", {**TWO, "PINGPONG": True, "DQ": "separate"}),
+    ("d128-full-pingpong-combined", 128, False, "bfloat16", {**TWO, "PINGPONG": True, "DQ": "combined"}),
+    ("d128-full-pingpong-atomic", 128, False, "bfloat16", {**TWO, "PINGPONG": True}),
+    ("d128-causal-pingpong-separate", 128, True, "bfloat16", {**TWO, "PINGPONG": True, "DQ": "separate"}),
+    ("d128-causal-pingpong-combined", 128, True, "bfloat16", {**TWO, "PINGPONG": True, "DQ": "combined"}),
+    ("d64-causal-pingpong-atomic", 64, True, "bfloat16", {**TWO, "PINGPONG": True}),
+    (
+        "d64-full-pingpong-combined-m128",
+        64,
+        False,
+        "bfloat16",
+        {**TWO, "PINGPONG": True, "DQ": "combined", "BLOCK_M": 128},
+    ),
+    (
+        "d128-full-pingpong-early-dp-split-ds",
+        128,
+        False,
+        "bfloat16",
+        {**TWO, "PINGPONG": True, "EARLY_DP": True, "SPLIT_DS": True, "DQ": "separate"},
+    ),
 ]
 """(name, head dim, causal, dtype, config): dQ by atomics and by its own pass, both head dims, causal or not, one
 and two consumers, dP issued early, dS split, 128-query blocks at head dim 64, a deeper and a shallower ring,
-both dtypes."""
+both dtypes; the two consumers taking turns (PINGPONG) with each dQ, causal (the second consumer's skipped blocks)
+or not, with dP early and dS split."""
 
 
 def compile_cases(names: list[str]) -> None:

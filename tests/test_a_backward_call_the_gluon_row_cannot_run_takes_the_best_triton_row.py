@@ -26,6 +26,7 @@ GLUON_ROW = {
     "dq": "atomic",
     "ds": "rounded",
     "EARLY_DP": False,
+    "PINGPONG": False,
 }
 TRITON_ROW = {
     **{k: v for k, v in BACKWARD_SPACE.default.items() if k not in engine.TRITON},

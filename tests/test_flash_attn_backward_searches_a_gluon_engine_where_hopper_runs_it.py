@@ -33,6 +33,7 @@ SEPARATE = {
     "dq": "separate",
     "ds": "rounded",
     "EARLY_DP": False,
+    "PINGPONG": False,
 }
 """The probe's fastest config at head dim 128 (benchmarks/results/H100/hopper-attention-backward-probe.md)."""
 
@@ -57,6 +58,13 @@ def test_the_gluon_engine_is_rejected_here_naming_why():
         ({}, HALF_128, None),
         ({"dq": "combined", "ds": "split", "EARLY_DP": True}, HALF_128, None),
         ({"BLOCK_M": 128, "dq": "combined"}, HALF_64, None),
+        ({"PINGPONG": True}, HALF_128, None),
+        ({"PINGPONG": True, "dq": "combined", "EARLY_DP": True}, HALF_128, None),
+        (
+            {"PINGPONG": True, "NUM_CONSUMERS": 1, "CONSUMER_REGISTERS": 232},
+            HALF_128,
+            "engine=gluon: PINGPONG takes turns between two consumers",
+        ),
         ({}, {**HALF_128, "dtype": "fp32"}, "engine=gluon: it takes bf16 and fp16 inputs, not fp32"),
         ({}, {**HALF_128, "head_dim": 96}, "engine=gluon: head dim 96 is not one of (64, 128)"),
         ({"NUM_CONSUMERS": 1, "CONSUMER_REGISTERS": 232, "dq": "combined"}, HALF_128, "engine=gluon: DQ='combined'"),
@@ -88,6 +96,7 @@ def test_triton_configs_fix_the_gluon_parameters_and_leave_combined_to_it(hopper
     assert BACKWARD_SPACE.rejects(triton, problem) is None
     assert BACKWARD_SPACE.rejects({**triton, "NUM_CONSUMERS": 2}, problem).startswith("engine=triton fixes")
     assert BACKWARD_SPACE.rejects({**triton, "EARLY_DP": True}, problem).startswith("engine=triton fixes")
+    assert BACKWARD_SPACE.rejects({**triton, "PINGPONG": True}, problem).startswith("engine=triton fixes")
     assert BACKWARD_SPACE.rejects({**triton, "dq": "combined"}, HALF_128).startswith("dq=combined")
 
 
@@ -109,6 +118,8 @@ def test_on_hopper_a_search_draws_both_engines_and_starts_from_the_probes_best(h
     valid_gluon = [c for c in drawn if c["engine"] == "gluon" and BACKWARD_SPACE.rejects(c, problem) is None]
     assert valid_gluon and all({k: c[k] for k in engine.GLUON_FIXED} == engine.GLUON_FIXED for c in valid_gluon)
     assert {c["dq"] for c in valid_gluon} == {"separate", "atomic", "combined"}
+    assert {c["PINGPONG"] for c in valid_gluon} == {False, True}  # drawn where two consumers take turns, only there
+    assert all(c["NUM_CONSUMERS"] == 2 for c in drawn if c["engine"] == "gluon" and c["PINGPONG"])
 
 
 def test_a_gluon_configs_resources_are_its_kernels(hopper):

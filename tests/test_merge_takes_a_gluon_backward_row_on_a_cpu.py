@@ -25,6 +25,7 @@ GLUON = {
     "dq": "separate",
     "ds": "rounded",
     "EARLY_DP": False,
+    "PINGPONG": False,
 }
 PROBLEM = problems_.problem(4, 16, 4096, 128)
 

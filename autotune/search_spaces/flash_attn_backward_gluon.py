@@ -2,11 +2,11 @@
 (autotune/kernels/attention/hopper_backward.py, FlashAttention-3's way) instead of the Triton kernels. They reuse
 BLOCK_M (queries a step of the dK/dV kernel), BLOCK_N (keys a consumer holds), num_stages (the Q/dO ring's depth),
 dq ("atomic", "separate", and the Gluon-only "combined") and ds ("split": SPLIT_DS), add NUM_CONSUMERS,
-CONSUMER_REGISTERS and EARLY_DP, and fix the Triton-only parameters to one value each (num_warps=4, its warpgroup;
-delta="output", its preprocess's rowsum(dO * O)); Triton configs fix the Gluon-only ones to the values every config
-stored before them meant (`TRITON`), so neither engine multiplies the other's space. It runs where the forward's
-Gluon engine does (flash_attn_gluon.unavailable, one switch for both: Triton 3.6's Gluon, an sm_90 GPU; half inputs,
-head dims 64 and 128); elsewhere the constraints reject it and a search tries the Triton kernels alone.
+CONSUMER_REGISTERS, EARLY_DP and PINGPONG, and fix the Triton-only parameters to one value each (num_warps=4, its
+warpgroup; delta="output", its preprocess's rowsum(dO * O)); Triton configs fix the Gluon-only ones to the values
+every config stored before them meant (`TRITON`), so neither engine multiplies the other's space. It runs where the
+forward's Gluon engine does (flash_attn_gluon.unavailable, one switch for both: Triton 3.6's Gluon, an sm_90 GPU;
+half inputs, head dims 64 and 128); elsewhere the constraints reject it and a search tries the Triton kernels alone.
 
 The kernel's own config (hopper_backward.launch's; `kernel_config` makes it) is a dict:
 
@@ -22,7 +22,10 @@ The kernel's own config (hopper_backward.launch's; `kernel_config` makes it) is 
   its own, no atomics);
 - SPLIT_DS: dS's rounding remainder as a second matmul operand (flash_attn_backward's ds="split");
 - EARLY_DP: dP^T = V dO^T issued with S^T, so that it runs during the exponentials (its accumulator then held
-  through them: more registers), or after P^T is stored.
+  through them: more registers), or after P^T is stored;
+- PINGPONG: the two consumers take turns issuing each block's three wgmma groups (S^T; dV; dK with dQ), so that
+  one's elementwise work (P^T, dS^T, their casts and stores) runs while the other's matmuls do, as the forward's
+  PINGPONG; NUM_CONSUMERS=2 only.
 """
 
 from __future__ import annotations
@@ -51,10 +54,11 @@ CHOICES = {
     "DQ": ("atomic", "combined", "separate"),
     "SPLIT_DS": (False, True),
     "EARLY_DP": (False, True),
+    "PINGPONG": (False, True),
 }
 """What each key of the kernel's config may be."""
 DEFAULT_CONFIG = {"BLOCK_M": 64, "BLOCK_N": 64, "NUM_STAGES": 2, "NUM_CONSUMERS": 2, "CONSUMER_REGISTERS": 240,
-                  "DQ": "atomic", "SPLIT_DS": False, "EARLY_DP": False}  # fmt: skip
+                  "DQ": "atomic", "SPLIT_DS": False, "EARLY_DP": False, "PINGPONG": False}  # fmt: skip
 """FlashAttention-3's shape for head dim 128: two consumer warpgroups of 64 keys each, 64-query blocks, dQ by
 atomics."""
 
@@ -84,6 +88,8 @@ def config_problem(config: dict, head_dim: int) -> str | None:
     consumers, registers = config["NUM_CONSUMERS"], config["CONSUMER_REGISTERS"]
     if config["DQ"] == "combined" and consumers != 2:
         return "DQ='combined' adds one consumer's dQ to the other's: it needs NUM_CONSUMERS=2"
+    if config["PINGPONG"] and consumers != 2:
+        return "PINGPONG takes turns between two consumers: it needs NUM_CONSUMERS=2"
     _, first = register_split(consumers, registers)
     if first != registers:
         fits = [r for r in CHOICES["CONSUMER_REGISTERS"] if register_split(consumers, r)[1] == r]
@@ -102,11 +108,18 @@ PARAMS = (
     Param("NUM_CONSUMERS", (1, 2)),
     Param("CONSUMER_REGISTERS", (232, 240)),
     Param("EARLY_DP", (False, True)),
+    Param("PINGPONG", (False, True)),
 )
 """The backward space's parameters since the Gluon engine."""
 DQ = ("separate", "atomic", "combined")
 """The backward space's dq values since the Gluon engine ("combined" is its own)."""
-TRITON: Config = {"engine": "triton", "NUM_CONSUMERS": 1, "CONSUMER_REGISTERS": 232, "EARLY_DP": False}
+TRITON: Config = {
+    "engine": "triton",
+    "NUM_CONSUMERS": 1,
+    "CONSUMER_REGISTERS": 232,
+    "EARLY_DP": False,
+    "PINGPONG": False,
+}
 """The Gluon-only parameters of every Triton config: what the configs stored before the engine existed meant."""
 GLUON_FIXED: Config = {"num_warps": 4, "delta": "output"}
 """The Triton-only parameters of every Gluon config (num_warps=4 is its warpgroup; its preprocess computes delta =
@@ -131,6 +144,7 @@ def kernel_config(c: Config) -> dict:
         "DQ": c["dq"],
         "SPLIT_DS": c["ds"] == "split",
         "EARLY_DP": c["EARLY_DP"],
+        "PINGPONG": c["PINGPONG"],
     }
 
 
@@ -164,7 +178,7 @@ def gluon_where_it_runs(c: Config, p: Problem) -> str | None:
 def suggest(trial, draw, blocks: list, stages: list, dq: list) -> Config:
     """A Gluon config drawn from an Optuna trial: BLOCK_M, stages and dq from the Triton engine's choices (one
     distribution per name in a study; the constraints reject what the kernel cannot take), BLOCK_N its one value,
-    its consumers (the registers each count of them takes), EARLY_DP and ds."""
+    its consumers (the registers each count of them takes; ping-pong drawn only for two), EARLY_DP and ds."""
     count = draw("NUM_CONSUMERS", [1, 2])
     return {
         **GLUON_FIXED,
@@ -173,6 +187,7 @@ def suggest(trial, draw, blocks: list, stages: list, dq: list) -> Config:
         "BLOCK_N": CHOICES["BLOCK_N"][0],
         "num_stages": draw("num_stages", stages),
         "NUM_CONSUMERS": count,
+        "PINGPONG": count == 2 and draw("PINGPONG", [False, True]),
         "CONSUMER_REGISTERS": CONSUMER_REGISTERS[count],
         "dq": draw("dq", dq),
         "ds": draw("ds", ["rounded", "split"]),
@@ -186,6 +201,7 @@ def starts(p: Problem) -> list[Config]:
         return []
     keys = ("BLOCK_M", "BLOCK_N", "num_stages", "NUM_CONSUMERS", "dq", "ds")
     configs = [
-        {**GLUON_FIXED, "engine": "gluon", "EARLY_DP": False, **dict(zip(keys, s))} for s in STARTS[p["head_dim"]]
+        {**GLUON_FIXED, "engine": "gluon", "EARLY_DP": False, "PINGPONG": False, **dict(zip(keys, s))}
+        for s in STARTS[p["head_dim"]]
     ]
     return [{**c, "CONSUMER_REGISTERS": CONSUMER_REGISTERS[c["NUM_CONSUMERS"]]} for c in configs]

@@ -398,8 +398,10 @@ TRITON_SOURCES = (round_to, scalar, widen, exp_, mma, load_rows, key_blocks, sco
 """The Triton backward's sources: the spec's before the Gluon engine."""
 GLUON_SOURCES = (gluon_._rows_kernel, gluon_.ROWS_PAD, gluon_.ROWS_BLOCK, gluon_dkdv._dkdv_step, gluon_dkdv._dkdv_consumer,
                  gluon_dkdv._dkdv_loader, gluon_dkdv._attn_bwd_dkdv_kernel, gluon_dq._dq_consumer,
-                 gluon_dq._attn_bwd_dq_kernel, gluon_forward._loader)
-"""The Gluon backward's sources (the dQ pass streams K and V with the Gluon forward's loader)."""
+                 gluon_dq._attn_bwd_dq_kernel, gluon_forward._loader, gluon_forward._take_turn,
+                 gluon_forward._give_turn)
+"""The Gluon backward's sources (the dQ pass streams K and V with the Gluon forward's loader; PINGPONG takes turns
+with its _take_turn and _give_turn)."""
 
 SPEC = KernelSpec(
     name="flash_attn_backward",

@@ -5,7 +5,8 @@ producer warp streams the query blocks of every query head of its GQA group (Q a
 NUM_STAGES-deep ring guarded by mbarriers). Each consumer warpgroup owns BLOCK_N of the keys and, per block of
 BLOCK_M queries, computes by asynchronous wgmma, keys as tile rows: S^T = K Q^T, P^T = exp2(S^T - lse) in
 registers, dP^T = V dO^T (issued with S^T under EARLY_DP), dV += P^T dO, dS^T = P^T (dP^T - delta), dK += dS^T Q,
-P^T and dS^T reaching their matmuls through shared memory (hopper_backward_dkdv.py). With DQ="atomic" it also
+P^T and dS^T reaching their matmuls through shared memory (hopper_backward_dkdv.py); with PINGPONG the two
+consumers take turns issuing them, as the forward's do. With DQ="atomic" it also
 computes dQ = dS K and adds it into a float32 buffer by TMA reduce-add (FlashAttention-3's way), each consumer its
 own, or with DQ="combined" one add of both consumers' a program; with DQ="separate" a second kernel
 (hopper_backward_dq.py) computes dQ, one program per block of queries, without atomics. This module holds the
@@ -142,7 +143,7 @@ def launch(do, q, k, v, o, lse, dq, dk, dv, causal: bool, scale: float, config: 
         _descriptor(dk, block_n), _descriptor(dv, block_n), lse2, delta, _float32_descriptor(dq_acc, block_m), heads, kv_heads, heads // kv_heads,
         nq, nk, nq_pad, scale * LOG2E, scale, HEAD_DIM=d, BLOCK_M=block_m, BLOCK_N=block_n, NUM_STAGES=config["NUM_STAGES"],
         NUM_CONSUMERS=consumers, CAUSAL=causal, ATOMIC_DQ=atomic, COMBINE_DQ=config["DQ"] == "combined", SPLIT_DS=config["SPLIT_DS"], EARLY_DP=config["EARLY_DP"],
-        CONSUMER_REGISTERS=config["CONSUMER_REGISTERS"], num_warps=4, maxnreg=maxnreg,
+        PINGPONG=config["PINGPONG"], CONSUMER_REGISTERS=config["CONSUMER_REGISTERS"], num_warps=4, maxnreg=maxnreg,
     )
     if atomic:
         torch.mul(dq_acc[:, :, :nq], scale, out=dq)  # the kernel adds dQ unscaled; one pass scales and casts
