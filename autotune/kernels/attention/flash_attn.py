@@ -207,12 +207,12 @@ def _scratch(size: int, alignment: int, stream) -> torch.Tensor:
     return torch.empty(size, dtype=torch.int8, device=gpu.device())
 
 
-def launch(q, k, v, o, lse, causal: bool, scale: float, config: dict) -> None:
+def launch(q, k, v, o, lse, causal: bool, scale: float, config: dict, *, checked: bool = False) -> None:
     """Attention of q (B, Hq, Nq, D) over k, v (B, Hk, Nk, D), Hq a multiple of Hk, into o (B, Hq, Nq, D)
     and the log-sum-exp lse (B, Hq, Nq, contiguous, of compute_dtype), with one config. Unit stride along D
-    is required."""
+    is required. `checked`: the caller has asked `gluon_refuses` of this call already."""
     if config.get("engine") == "gluon":
-        return _launch_gluon(q, k, v, o, lse, causal, scale, config)
+        return _launch_gluon(q, k, v, o, lse, causal, scale, config, checked)
     batch, heads, nq, d = q.shape
     kv_heads, nk = k.shape[1], k.shape[2]
     if batch * heads * nq == 0:
@@ -263,8 +263,8 @@ def gluon_refuses(q, k, v, o, causal: bool, scale: float, config: dict) -> str |
     return gluon_.supported(q, k, v, causal, scale, engines.kernel_config(config))
 
 
-def _launch_gluon(q, k, v, o, lse, causal: bool, scale: float, config: dict) -> None:
-    if (reason := gluon_refuses(q, k, v, o, causal, scale, config)) is not None:
+def _launch_gluon(q, k, v, o, lse, causal: bool, scale: float, config: dict, checked: bool) -> None:
+    if not checked and (reason := gluon_refuses(q, k, v, o, causal, scale, config)) is not None:
         raise ValueError(f"flash_attn: engine=gluon cannot run this call: {reason}")
     gluon_.launch(q, k, v, o, lse, causal, scale, engines.kernel_config(config))  # o and natural-log lse, as ours
 
@@ -329,7 +329,7 @@ def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, sca
         runtime.note_launch("flash_attn", config)
     else:
         config = dict(FORWARD_SPACE.default)  # nothing to compute: launch() fills or skips
-    launch(q, k, v, o, lse, causal, scale, config)
+    launch(q, k, v, o, lse, causal, scale, config, checked=True)
     return o, lse
 
 

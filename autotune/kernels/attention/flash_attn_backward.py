@@ -270,12 +270,13 @@ def _attn_bwd_query_kernel(
                  mask=row_ok[:, None] & (offs_d[None, :] < HEAD_DIM))
 
 
-def launch(do, q, k, v, o, lse, dq, dk, dv, causal: bool, scale: float, config: dict) -> None:
+def launch(do, q, k, v, o, lse, dq, dk, dv, causal: bool, scale: float, config: dict, *, checked: bool = False
+           ) -> None:
     """Gradients of attention of q (B, Hq, Nq, D) over k, v (B, Hk, Nk, D) into dq, dk, dv (dk and dv of
     one layout), from the output o and its log-sum-exp (B, Hq, Nq, contiguous, of compute_dtype), with one
-    config. Unit stride along D is required."""
+    config. Unit stride along D is required. `checked`: the caller has asked `gluon_refuses` of this call already."""
     if config.get("engine") == "gluon":
-        return _launch_gluon(do, q, k, v, o, lse, dq, dk, dv, causal, scale, config)
+        return _launch_gluon(do, q, k, v, o, lse, dq, dk, dv, causal, scale, config, checked)
     batch, heads, nq, d = q.shape
     kv_heads, nk = k.shape[1], k.shape[2]
     if batch * heads * nq == 0 or nk == 0:  # no query sees a key: every gradient is 0
@@ -333,8 +334,8 @@ def gluon_refuses(do, q, k, v, o, lse, dq, dk, dv, causal: bool, scale: float, c
     return gluon_.supported(q, k, v, causal, scale, engines.kernel_config(config), grads=(dq, dk, dv))
 
 
-def _launch_gluon(do, q, k, v, o, lse, dq, dk, dv, causal: bool, scale: float, config: dict) -> None:
-    if (reason := gluon_refuses(do, q, k, v, o, lse, dq, dk, dv, causal, scale, config)) is not None:
+def _launch_gluon(do, q, k, v, o, lse, dq, dk, dv, causal: bool, scale: float, config: dict, checked: bool) -> None:
+    if not checked and (reason := gluon_refuses(do, q, k, v, o, lse, dq, dk, dv, causal, scale, config)) is not None:
         raise ValueError(f"flash_attn_backward: engine=gluon cannot run this call: {reason}")
     gluon_.launch(do, q, k, v, o, lse.contiguous(), dq, dk, dv, causal, scale, engines.kernel_config(config))
 
@@ -372,7 +373,7 @@ def backward(do, q, k, v, o, lse, causal: bool, scale: float):
         if gluon_refuses(do, q, k, v, o, lse, dq, dk, dv, causal, scale, config) is not None:  # the best Triton row
             config = _TUNED.config_among(q.dtype, bucket(problem()), problem, "triton", engines.is_triton)
         runtime.note_launch("flash_attn_backward", config)
-    launch(do, q, k, v, o, lse.contiguous(), dq, dk, dv, causal, scale, config)
+    launch(do, q, k, v, o, lse.contiguous(), dq, dk, dv, causal, scale, config, checked=True)
     return dq, dk, dv
 
 

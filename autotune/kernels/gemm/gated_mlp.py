@@ -45,15 +45,16 @@ from autotune.spec import DTYPE_NAMES, EarlierSpace, Inputs
 
 
 def gated_rows(x, w_gate, b_gate, w_up, b_up, activation: str, store_gu: bool,
-               config: dict) -> tuple[torch.Tensor, torch.Tensor]:
+               config: dict, *, checked: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
     """(h, [g | u] or an empty tensor), new contiguous tensors, for a 2-D x with one config (ValueError where a
-    Gluon config cannot run the call: `runnable` picks one that can)."""
+    Gluon config cannot run the call: `runnable` picks one that can; `checked`: the config came from it)."""
     m, k = x.shape
     n = w_gate.shape[0]
     h = x.new_empty((m, n))
     gu = x.new_empty((m, 2 * n) if store_gu else (0,))
     if not _gluon.is_triton(config):
-        _gluon.run_gated(x, w_gate, w_up, h, gu if store_gu else None, activation, config)
+        run = _gluon.launch_gated if checked else _gluon.run_gated
+        run(x, w_gate, w_up, h, gu if store_gu else None, activation, config)
         return h, gu
     launch = _TUNED.derived(
         ("gated", x.dtype, m, n, k, x.stride(), w_gate.stride(), w_up.stride(), h.stride(), b_gate is not None,
@@ -90,7 +91,7 @@ def gated_mlp_rows(x, w_gate, b_gate, w_up, b_up, w_down, b_down, activation: st
     config = runnable(_config(x.dtype, m, k, h_size, n), x, w_gate, b_gate, w_up, b_up, w_down, activation)
     if m * h_size:
         runtime.note_launch("gated_mlp", config)
-    h, gu = gated_rows(x, w_gate, b_gate, w_up, b_up, activation, save, config)
+    h, gu = gated_rows(x, w_gate, b_gate, w_up, b_up, activation, save, config, checked=True)
     y = linear_rows(h, w_down, b_down, "none", False)[0]
     return y, h if save else h.new_empty(0), gu
 
@@ -160,7 +161,7 @@ def _gradients(ctx, dy) -> tuple[torch.Tensor | None, ...]:
     if h.dim() == 1:  # not saved: the op was called without `save`
         config = runnable(_config(x.dtype, *x.shape, *w_down.shape[::-1]), x, w_gate, b_gate, w_up, b_up, w_down,
                           ctx.activation)
-        h, gu = gated_rows(x, w_gate, b_gate, w_up, b_up, ctx.activation, True, config)
+        h, gu = gated_rows(x, w_gate, b_gate, w_up, b_up, ctx.activation, True, config, checked=True)
     grads: list[torch.Tensor | None] = [None] * 7
     grads[5] = mm(dy.t(), h) if need[5] else None
     grads[6] = dy.sum(0) if b_down is not None and need[6] else None

@@ -102,13 +102,20 @@ def run_matmul(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, config: Config
     launch_matmul(a, b, c, config)
 
 
+def launch_gated(x: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor, h: torch.Tensor, gu: torch.Tensor | None,
+                 activation: str, config: Config) -> None:
+    """h = act(x @ w_gate.T) * (x @ w_up.T), and [g | u] into gu where given, on the Gluon GEMM, unchecked (see
+    gated_refuses)."""
+    hopper_gemm.launch_gated(x, w_gate, w_up, h, gu, activation, engines.kernel_config(config))
+
+
 def run_gated(x: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor, h: torch.Tensor, gu: torch.Tensor | None,
               activation: str, config: Config) -> None:
     """h = act(x @ w_gate.T) * (x @ w_up.T), and [g | u] into gu where given, on the Gluon GEMM; ValueError where
     the config cannot run it."""
     if (reason := gated_refuses(x, w_gate, w_up, None, None, activation, config)) is not None:
         raise ValueError(f"gated_mlp: engine=gluon cannot run this call: {reason}")
-    hopper_gemm.launch_gated(x, w_gate, w_up, h, gu, activation, engines.kernel_config(config))
+    launch_gated(x, w_gate, w_up, h, gu, activation, config)
 
 
 def _aligned(problem: dict, sizes: tuple[str, ...], plain: bool) -> dict:
