@@ -1,7 +1,7 @@
-"""A study first tries the default, its own bucket's stored best and that bucket's winners under earlier kernel
-sources, then its space's own starts for the problem, then the winners of neighbouring searches (this bucket in
-another dtype, the nearest buckets) that run on its problem, nearest first; each is measured here like any trial.
-A cold search takes none of the databases' rows."""
+"""A study first tries the default, its own bucket's stored best, the user's `--warm-start` configs, that bucket's
+winners under earlier kernel sources, then its space's own starts for the problem, then the winners of neighbouring
+searches (this bucket in another dtype, the nearest buckets) that run on its problem, nearest first; each is measured
+here like any trial. A cold search takes none of the databases' rows."""
 
 import dataclasses
 import json
@@ -162,3 +162,22 @@ def test_a_cold_search_starts_from_the_space_alone(user_db):
     assert not {json.dumps(c, sort_keys=True) for c in firsts} & {
         json.dumps(c, sort_keys=True) for c in (ROWS_16, HALF_SAME_BUCKET, ROWS_64, ROWS_1024)
     }
+
+
+def test_a_users_warm_starts_come_right_after_the_buckets_own_best(user_db):
+    # Named by the user, so tried before any guess of ours: a short search (three trials here) still measures them.
+    _store_neighbours(user_db)
+    store_best(user_db, SPEC, "m=8,n=128", ROWS_16)
+    given = [online(64, 1), ROWS_64]  # ROWS_64 is also a neighbour's winner: tried once, in the user's place
+    with ConfigStore(str(user_db)) as store:
+        result = search(
+            SPEC,
+            PROBLEM,
+            torch.float32,
+            SearchOptions(trials=3, examples=2, final_examples=2, warm_start=given),
+            store=store,
+        )
+        assert [t.config for t in result.trials[:3]] == [SPEC.space.default, ROWS_16, online(64, 1)]
+        key = RowKey(SPEC.name, SPEC.source_hash, gpu.current_gpu().name, DTYPE_NAMES[torch.float32], "m=8,n=128")
+        starts = warm_starts(SPEC, store, key, PROBLEM, given)
+    assert starts == [SPEC.space.default, ROWS_16, online(64, 1), ROWS_64, HALF_SAME_BUCKET, ROWS_1024]

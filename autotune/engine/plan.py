@@ -49,7 +49,7 @@ class SearchOptions:
         examples: problems each trial's config is verified on; final_examples: the winner's re-check.
         max_numel: the largest problem drawn (default: small under the interpreter).
         isolate: evaluate configs in a worker process (default: on a GPU, or with trial_timeout).
-        warm_start: configs tried first too, after the default, the stored best and the neighbours' winners.
+        warm_start: configs tried right after the default and the bucket's stored best, before any guess of ours.
         cold: start from the space alone (its default and its own starts): no database's rows, to measure
             what the search finds by itself.
         on_trial: hears each trial (its outcome, the best time so far); on_final_check each re-check of
@@ -249,7 +249,7 @@ def create_study(
 ) -> tuple[optuna.Study, StudyPlan]:
     """Create (or extend, with options.trials more evaluations) the study of problem in storage (None: in
     memory, for a search in this process), its plan kept in it and its first trials queued: the default,
-    the stored best, earlier and neighbouring winners (`warm_starts`), options.warm_start, and with the
+    the stored best, options.warm_start, earlier and neighbouring winners (`warm_starts`), and with the
     grid sampler every config the constraints allow."""
     if options.sampler not in SAMPLERS:
         raise ValueError(f"sampler {options.sampler!r} is not one of {list(SAMPLERS)}")
@@ -281,8 +281,9 @@ def create_study(
     )
     if PLAN_ATTR in study.user_attrs and not plan_of(study).measures_like(plan):
         raise ValueError(f"study {key.study_name()!r} measures {plan_of(study)}, not {plan}: use another storage")
-    firsts = cold_starts(spec, problem) if options.cold else warm_starts(spec, store, key, problem)
-    for config in [*firsts, *(spec.space.validate(c) for c in options.warm_start), *grid]:
+    given = [spec.space.validate(c) for c in options.warm_start]
+    firsts = cold_starts(spec, problem, given) if options.cold else warm_starts(spec, store, key, problem, given)
+    for config in [*firsts, *grid]:
         study.enqueue_trial(config, skip_if_exists=True)
     study.set_user_attr(PLAN_ATTR, dataclasses.asdict(plan))
     return study, plan

@@ -3,6 +3,8 @@ the space's own starts and the winners of neighbouring searches; and the failure
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from autotune import gpu, runtime
 from autotune.db import BestRow, ConfigStore
 from autotune.gate.verify import KnownFailure
@@ -27,10 +29,15 @@ def bucket_failures(store: ConfigStore | None, key: RowKey) -> list[KnownFailure
 
 
 def warm_starts(
-    spec: KernelSpec, store: ConfigStore | None, key: RowKey, problem: Problem | None = None
+    spec: KernelSpec,
+    store: ConfigStore | None,
+    key: RowKey,
+    problem: Problem | None = None,
+    given: Sequence[Config] = (),
 ) -> list[Config]:
     """The configs a study tries first: the space's default, then the best stored for its bucket, if any (of
-    this source, then of the earlier spaces it `extends`), then (up to EARLIER_SOURCE_WARM_STARTS) this bucket's
+    this source, then of the earlier spaces it `extends`), then the `given` configs (a user's `--warm-start`:
+    named, so tried before any guess of ours), then (up to EARLIER_SOURCE_WARM_STARTS) this bucket's
     winners under other earlier sources of the kernel in `store`, newest first, where their configs are still in
     the space: a changed kernel is re-tuned from where its last search ended.
 
@@ -39,6 +46,7 @@ def warm_starts(
     nearest first: this bucket in another dtype or on another GPU, then the nearest buckets (from `store`
     and the shipped database). Each is only a first guess, measured here like any trial."""
     configs = [dict(spec.space.default)]
+    guesses_from = len(configs)
     if store is not None:
         rows = [
             row
@@ -49,6 +57,7 @@ def warm_starts(
         current = [row for row in rows if spec.row_is_current(row)]
         current.sort(key=lambda row: row.source_hash != key.source_hash)
         configs += [config for row in current if (config := _stored_config(spec, row)) is not None]
+        guesses_from = len(configs)
         earlier: list[Config] = []
         older_rows = [row for row in rows if not spec.row_is_current(row)]
         for row in sorted(older_rows, key=lambda row: row.created_at, reverse=True):
@@ -72,13 +81,24 @@ def warm_starts(
             if config not in configs and config not in neighbours:
                 neighbours.append(config)
         configs += neighbours
-    return configs
+    return _given_first(configs, guesses_from, given)
 
 
-def cold_starts(spec: KernelSpec, problem: Problem) -> list[Config]:
-    """The first trials of a study that reads no database: the space's default, then its own starts."""
+def cold_starts(spec: KernelSpec, problem: Problem, given: Sequence[Config] = ()) -> list[Config]:
+    """The first trials of a study that reads no database: the space's default, the `given` configs, then the
+    space's own starts."""
     configs = [dict(spec.space.default)]
-    return configs + [config for config in spec.space.starts(problem) if config not in configs]
+    configs += [config for config in spec.space.starts(problem) if config not in configs]
+    return _given_first(configs, 1, given)
+
+
+def _given_first(configs: list[Config], at: int, given: Sequence[Config]) -> list[Config]:
+    """configs with `given` inserted at index `at`, each config once (its first place kept)."""
+    ordered: list[Config] = []
+    for config in [*configs[:at], *given, *configs[at:]]:
+        if config not in ordered:
+            ordered.append(config)
+    return ordered
 
 
 def _stored_config(spec: KernelSpec, row: BestRow) -> Config | None:
