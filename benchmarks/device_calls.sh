@@ -10,8 +10,13 @@
 #                            keeps the studies it finished, and the next call's search_missing goes on from there
 #   ship KERNEL...           export this GPU's current-source rows of KERNEL from $AUTOTUNE_DB (/tmp/tuned.sqlite)
 #                            and merge them into /tmp/x/shipped.sqlite (a faster row replaces a slower one)
-#   pack                     tar /tmp/x into $OUT/r.tgz: every log, the shipped copy, the exports
+#   pack                     tar /tmp/x into $OUT/r.tgz: every log, the shipped copy, the exports; and Triton's
+#                            kernel cache into $OUT/triton-cache.tgz
 #
+# Compiled kernels carry over between machines: every call compiles into /tmp/triton-cache (TRITON_CACHE_DIR, which
+# search workers inherit), a fresh machine's starts from TRITON_CACHE_START (a triton-cache.tgz an earlier call
+# brought back, carried with the call) where given, so a config compiled once (a search's winner, then its
+# `db verify` and its bench) is not compiled again on the next machine.
 # /tmp/x and /tmp/tuned.sqlite outlive the call while the machine stays warm, so the next call's stages see them;
 # on a fresh machine /tmp/x/shipped.sqlite starts as SHIPPED_START (default: the package's shipped.sqlite), and the
 # call's log says so. A call cannot know whether it gets the warm machine: give every call script SHIPPED_START.
@@ -20,6 +25,11 @@ export AUTOTUNE_DB=${AUTOTUNE_DB:-/tmp/tuned.sqlite}
 GPU=${GPU:-H100}
 BUDGET=${BUDGET:-560}
 mkdir -p /tmp/x
+export TRITON_CACHE_DIR=${TRITON_CACHE_DIR:-/tmp/triton-cache}
+if [ ! -d "$TRITON_CACHE_DIR" ] && [ -f "${TRITON_CACHE_START:-}" ]; then
+  mkdir -p "$TRITON_CACHE_DIR" && tar xzf "$TRITON_CACHE_START" -C "$TRITON_CACHE_DIR"
+  echo "fresh machine: Triton's cache starts from $TRITON_CACHE_START ($(du -sh "$TRITON_CACHE_DIR" | cut -f1))" | tee -a /tmp/x/calls.log
+fi
 if [ ! -f /tmp/x/shipped.sqlite ]; then  # a fresh machine: say which file the shipped copy starts from
   cp "${SHIPPED_START:-autotune/db/shipped.sqlite}" /tmp/x/shipped.sqlite
   echo "fresh machine: /tmp/x/shipped.sqlite starts as ${SHIPPED_START:-autotune/db/shipped.sqlite}" | tee -a /tmp/x/calls.log
@@ -63,4 +73,5 @@ ship() {
 pack() {
   echo "call end $(( $(date +%s) - T0 ))s" | tee -a /tmp/x/calls.log
   tar czf "$OUT/r.tgz" -C /tmp x
+  [ -d "$TRITON_CACHE_DIR" ] && tar czf "$OUT/triton-cache.tgz" -C "$TRITON_CACHE_DIR" .
 }
