@@ -132,8 +132,9 @@ class KernelSpec:
             field alike) misjudges which stored config suits a bucket with no row of its own.
         resources: what a config needs of the device on a problem (`autotune.device_limits.Resources`: shared
             memory, registers, TMA): a GPU served another GPU's rows drops the configs that do not fit it.
-        extends: earlier versions of this spec whose stored rows still hold (`EarlierSpace`): a variant added
-            to `sources` and to the space leaves the rows tuned before it current (`is_current`).
+        extends: earlier versions of this spec whose stored rows still hold (`EarlierSpace`), oldest first: a
+            variant added to `sources` and to the space leaves the rows tuned before it current (`is_current`);
+            a bucket's row of a newer version serves before an older one's (`current_rows`).
     """
 
     name: str
@@ -210,11 +211,22 @@ class KernelSpec:
         return config
 
     def current_rows(self, rows: Iterable[Row]) -> list[Row]:
-        """rows that are current for this spec (`is_current`), in order, less each earlier space's row whose
-        (gpu, dtype, bucket) also has a row of this source: a search of the extended space stored that one."""
+        """rows that are current for this spec (`is_current`), in order, less each row whose (gpu, dtype, bucket)
+        also has a row of a newer version: this source's, else a later earlier space's (`extends` lists them
+        oldest first). A search of the newer space stored that one, with the older one's configs to draw from."""
         rows = [row for row in rows if self.row_is_current(row)]
-        own = {(row.gpu, row.dtype, row.bucket) for row in rows if row.source_hash == self.source_hash}
-        return [r for r in rows if r.source_hash == self.source_hash or (r.gpu, r.dtype, r.bucket) not in own]
+        newest: dict[tuple[str, str, str], int] = {}
+        for row in rows:
+            key = (row.gpu, row.dtype, row.bucket)
+            newest[key] = min(newest.get(key, len(self.extends) + 1), self._age(row.source_hash))
+        return [r for r in rows if self._age(r.source_hash) == newest[(r.gpu, r.dtype, r.bucket)]]
+
+    def _age(self, source_hash: str) -> int:
+        """0 for this source, 1 for the newest earlier space, 2 for the one before it, ..."""
+        if source_hash == self.source_hash:
+            return 0
+        hashes = [e.source_hash for e in self.extends]
+        return len(hashes) - hashes.index(source_hash) if source_hash in hashes else len(hashes) + 1
 
     def problem_for(self, problem: Problem, dtype: torch.dtype) -> Problem:
         """problem as the space's constraints see it in dtype: with problem["dtype"] set where they need it."""

@@ -26,8 +26,14 @@ CASES = [
     for block in (2048, 4096, 8192)
     for warps in (8, 16)
 ]
-"""Configs at the widest rows of one block, read once (one and two rows at a time) or twice; the test keeps those
-the space accepts. bf16 data (float32 arithmetic), a residual's gradient, weight and bias."""
+CASES += [
+    {**COMMON, "kernel": "tiles_early", "READS": 1, "BLOCK_M": rows, "BLOCK_N": block, "num_warps": 16}
+    for rows in (1, 2)
+    for block in (4096, 8192)
+]
+"""Configs at the widest rows of one block, read once (one and two rows at a time) or twice, and the tiles_early
+kernel's (which holds the residual's gradient too) at 16 warps; the test keeps those the space accepts. bf16 data
+(float32 arithmetic), a residual's gradient, weight and bias."""
 
 
 def compile_cases() -> None:
@@ -35,21 +41,29 @@ def compile_cases() -> None:
 
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", "no GPU found and Triton was imported before autotune")  # wanted here
-        from autotune.kernels.norm import layer_norm_backward, layer_norm_backward_tiles
+        from autotune.kernels.norm import (
+            layer_norm_backward,
+            layer_norm_backward_tiles,
+            layer_norm_backward_tiles_early,
+        )
 
     compiled = []
-    kernel = layer_norm_backward_tiles._norm_backward_tiles_kernel
 
     class Keeping:
-        """The kernel, keeping what each launch compiled."""
+        """A kernel, keeping what each launch compiled."""
+
+        def __init__(self, kernel):
+            self.kernel = kernel
 
         def __getitem__(self, grid):
             def launch(*args, **kwargs):
-                compiled.append(kernel[grid](*args, **kwargs))
+                compiled.append(self.kernel[grid](*args, **kwargs))
 
             return launch
 
-    layer_norm_backward_tiles._norm_backward_tiles_kernel = Keeping()
+    for module, name in ((layer_norm_backward_tiles, "_norm_backward_tiles_kernel"),
+                         (layer_norm_backward_tiles_early, "_norm_backward_tiles_early_kernel")):  # fmt: skip
+        setattr(module, name, Keeping(getattr(module, name)))
     for rms in (False, True):
         for config in CASES:
             start = time.perf_counter()

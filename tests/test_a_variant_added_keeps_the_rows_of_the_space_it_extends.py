@@ -213,6 +213,40 @@ def test_a_row_of_the_extended_space_wins_its_bucket(user_db):
     assert served(EXTENDED) == TUNED_NOW
 
 
+@triton.jit
+def _add_d(x_ptr, y_ptr, out_ptr, n, BLOCK_SIZE: tl.constexpr):
+    offsets = tl.program_id(0) * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)
+    mask = offsets < n
+    total = -(-tl.load(x_ptr + offsets, mask=mask) - tl.load(y_ptr + offsets, mask=mask))
+    tl.store(out_ptr + offsets, total, mask=mask)
+
+
+KERNELS["d"] = _add_d
+EXTENDED_TWICE = spec_of(
+    (_add_a, _add_b, _add_c, _add_d),
+    ("a", "b", "c", "d"),
+    [  # oldest first
+        EarlierSpace.before(space(("a", "b", "c", "d")), (_add_a, _add_b), variant=("a", "b")),
+        EarlierSpace.before(space(("a", "b", "c", "d")), (_add_a, _add_b, _add_c), variant=("a", "b", "c")),
+    ],
+)
+
+
+def test_a_bucket_serves_the_row_of_its_newest_version(user_db):
+    # Three versions stored rows for one bucket: each newer search could draw the older configs, so its row wins.
+    assert EXTENDED_TWICE.extends[1].source_hash == EXTENDED.source_hash
+    newest = {"variant": "d", "BLOCK_SIZE": 128, "num_warps": 1, "num_stages": 1}
+    with ConfigStore(str(user_db)) as store:
+        store.record_best(row(EARLIER.source_hash, TUNED_BEFORE, time_ms=0.25))  # the oldest, measured fastest
+        store.record_best(row(EXTENDED.source_hash, TUNED_NOW, time_ms=0.5))
+        rows = store.best_rows(kernel="variant_add")
+        assert [r.config for r in EXTENDED_TWICE.current_rows(rows)] == [TUNED_NOW]
+        assert served(EXTENDED_TWICE) == TUNED_NOW
+        store.record_best(row(EXTENDED_TWICE.source_hash, newest))
+        assert [r.config for r in EXTENDED_TWICE.current_rows(store.best_rows(kernel="variant_add"))] == [newest]
+    assert served(EXTENDED_TWICE) == newest
+
+
 def test_query_marks_the_earlier_spaces_rows_current(user_db):
     with ConfigStore(str(user_db)) as store:
         store.record_best(row(EARLIER.source_hash, TUNED_BEFORE))

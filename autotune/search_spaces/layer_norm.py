@@ -2,7 +2,9 @@
 ("looped"); the backward sums the weight and bias gradients over rows through per-program partial rows
 and a second small kernel ("partials") or atomics ("atomic"), reading each row once or twice, in one of two
 kernels: the first, one row at a time in float64 ("rows64"), or "tiles": BLOCK_M one-block rows at a time, in
-float32 for 16-bit data (kernels/norm/layer_norm_backward_tiles.py).
+float32 for 16-bit data (kernels/norm/layer_norm_backward_tiles.py), or "tiles_early": the tiles kernel for one-block
+rows read once with a fused residual, loading the sum's gradient with the row rather than after its sums
+(kernels/norm/layer_norm_backward_tiles_early.py).
 
 Every constraint depends on the problem only through next_pow2(rows) and next_pow2(N), the numbers of
 its bucket: a config that runs on one problem of a bucket runs on all of them.
@@ -26,9 +28,14 @@ STAGES = (1, 2, 3, 4)
 ROWS = (1, 2, 4, 8, 16)
 PROGRAMS_PER_SM = (1, 2, 4, 8)
 """Programs of the backward per SM; each owns a partial row of the parameter gradients."""
-BACKWARD_KERNELS = ("rows64", "tiles")
+BACKWARD_KERNELS = ("rows64", "tiles", "tiles_early")
 """The backward's kernels: one row at a time in float64 (the first), or BLOCK_M rows at a time in the data's
-accumulator (float32 for 16-bit data, float64 for float32 data)."""
+accumulator (float32 for 16-bit data, float64 for float32 data), or that with every load of a row issued before
+its sums (one read, a residual's gradient to add)."""
+TILES_KERNELS = ("tiles", "tiles_early")
+"""The kernels that hold BLOCK_M rows at a time where they read a row once."""
+BEFORE_TILES_EARLY = ("rows64", "tiles")
+"""The backward's kernels before "tiles_early"."""
 BACKWARD_ROWS = (1, 2, 4, 8)
 """Rows the tiles kernel holds at once (BLOCK_M) where it reads each row once: more loads in flight for short rows."""
 BEFORE_TILES: Config = {"kernel": "rows64", "BLOCK_M": 1}
@@ -191,14 +198,24 @@ def _backward_fits_in_registers(c: Config, p: Problem) -> str | None:
 def _rows_at_once_in_tiles_read_once(c: Config, p: Problem) -> str | None:
     if c["BLOCK_M"] == 1:
         return None
-    if c["kernel"] != "tiles":
-        return "BLOCK_M > 1 rows at a time needs kernel=tiles"
+    if c["kernel"] not in TILES_KERNELS:
+        return "BLOCK_M > 1 rows at a time needs kernel=tiles or tiles_early"
     if c["READS"] != 1:
         return "BLOCK_M > 1 holds rows across their sums: READS must be 1"
     if c["BLOCK_M"] > next_pow2(row_shape(p)[0]):
         return "BLOCK_M exceeds the number of rows rounded up to a power of two"
     if not one_chunk_fits(c["BLOCK_M"] * c["BLOCK_N"], c["num_warps"]):
         return f"BLOCK_M * BLOCK_N > {MAX_BACKWARD_ELEMENTS_PER_THREAD} elements per thread"
+    return None
+
+
+def _early_loads_where_a_residual_row_is_read_once(c: Config, p: Problem) -> str | None:
+    if c["kernel"] != "tiles_early":
+        return None
+    if c["READS"] != 1:
+        return "kernel=tiles_early reads each row once: READS must be 1"
+    if not p.get("residual"):
+        return "kernel=tiles_early differs from tiles only in loading a fused residual's gradient: none here"
     return None
 
 
@@ -216,7 +233,7 @@ def _suggest_backward(trial, problem: Problem) -> Config:
     wide = not one_chunk_fits(full, max(WARPS))
     config["BLOCK_N"] = trial.suggest_categorical("BLOCK_N", list(BLOCKS)) if wide else min(full, MAX_BLOCK)
     config["READS"] = 2 if wide else trial.suggest_categorical("READS", list(READS))
-    one_read_tiles = config["kernel"] == "tiles" and config["READS"] == 1
+    one_read_tiles = config["kernel"] in TILES_KERNELS and config["READS"] == 1
     config["BLOCK_M"] = trial.suggest_categorical("BLOCK_M", list(BACKWARD_ROWS)) if one_read_tiles else 1
     return config
 
@@ -229,7 +246,8 @@ BACKWARD_SPACE = SearchSpace(
         Param("PROGRAMS_PER_SM", PROGRAMS_PER_SM),
         Param("num_warps", WARPS),
         Param("num_stages", STAGES),
-        # Since the tiles kernel: the kernels' specs `extend` the space without them (BEFORE_TILES).
+        # Since the tiles kernel: the kernels' specs `extend` the space without them (BEFORE_TILES), and the
+        # space whose kernels were BEFORE_TILES_EARLY.
         Param("kernel", BACKWARD_KERNELS),
         Param("BLOCK_M", BACKWARD_ROWS),
     ),
@@ -240,6 +258,7 @@ BACKWARD_SPACE = SearchSpace(
         _backward_fits_in_registers,
         _no_idle_warps,
         _rows_at_once_in_tiles_read_once,
+        _early_loads_where_a_residual_row_is_read_once,
     ),
     suggest_fn=_suggest_backward,
 )
