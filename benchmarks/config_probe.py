@@ -3,8 +3,8 @@ fails to compile, computes wrong, crashes or hangs is reported and the probe goe
 lines (`emit`), and the probe reads its checks, times and status from them (`outcome`).
 
 A child's records: {"kind": "check", "shape", "ok", "reason", ...}, {"kind": "time", "shape", ...} (with "what",
-times are kept by shape and then by what was timed), {"kind": "unsupported", "reason"}, {"kind": "error",
-"stage", "error"}."""
+times are kept by shape and then by what was timed), {"kind": "kernels", "shape", "rows"} (a per-kernel breakdown),
+{"kind": "unsupported", "reason"}, {"kind": "error", "stage", "error"}."""
 
 from __future__ import annotations
 
@@ -62,6 +62,8 @@ def outcome(config: dict, label: str, stdout: str, stderr: str, returncode: int,
             result["times"].setdefault(record["shape"], {})[record["what"]] = record
         elif record["kind"] == "time":
             result["times"][record["shape"]] = record
+        elif record["kind"] == "kernels":
+            result.setdefault("kernels", {})[record["shape"]] = record["rows"]
         elif record["kind"] == "unsupported":
             said.append(f"unsupported: {record['reason']}")
         else:

@@ -1,7 +1,8 @@
 """Probe of the Gluon attention backward (autotune/kernels/attention/hopper_backward.py) on a Hopper GPU: each config
 of a small grid checked against flash_attn_backward's float64 reference with the gate's comparison (dq, dk, dv),
 then timed on the presets, the backward alone and forward + backward (the Gluon forward at its default config, then
-this backward), against sdpa's flash, cuDNN and default backends and flash_attn (its shipped rows), one run.
+this backward), against sdpa's flash, cuDNN and default backends and flash_attn (its shipped rows), one run; and
+the best config's backward split by GPU kernel (torch.profiler): where a faster backward has to come from.
 
     python benchmarks/hopper_attention_backward_probe.py --out benchmarks/results/H100/hopper-attention-backward-probe
 
@@ -20,6 +21,7 @@ import sys
 import traceback
 
 import config_probe
+import e2e_common
 import torch
 from config_probe import describe, emit
 from tabulate import tabulate
@@ -67,6 +69,8 @@ blocks (head dim 64 only: at 128 their tiles exceed the shared memory), and the 
 their wgmmas (PINGPONG) with each dQ. EARLY_DP is left to --config (it spills more at head dim 128). A config whose
 tiles do not fit a head dim is skipped at it. About half a minute each (compiles, checks, timings), by estimate."""
 QUICK = GRID[:3]
+KERNEL_STEPS = 5
+"""Backward calls profiled per preset for the per-kernel breakdown."""
 FORWARD_CONFIG = dict(hopper_forward.DEFAULT_CONFIG)
 """The Gluon forward's config in forward + backward."""
 
@@ -148,6 +152,8 @@ def child(config: dict, dtype: torch.dtype, presets: list[dict]) -> None:
                 ms, method = bench.kernel_time(call, warmup_ms=25, rep_ms=200)
                 emit(kind="time", shape=shape_label(problem), what=name, ms=ms, method=method,
                       tflops=factor * flops / ms / 1e9)  # fmt: skip
+            # Where the backward's time goes: each GPU kernel's (the preprocess, dK/dV, the dQ pass, copies).
+            emit(kind="kernels", shape=shape_label(problem), rows=e2e_common.breakdown(backward, KERNEL_STEPS))
     except Exception as exc:
         emit(kind="error", stage=stage, error="".join(traceback.format_exception(exc, limit=-3))[-3000:])
 
@@ -237,6 +243,12 @@ def text(result: dict) -> str:
             if "tflops" not in v
         }
     )
+    kernels = []
+    for row in rows:
+        best = next((c for c in configs if c["label"] == row["best config"]), None)
+        for k in (best or {}).get("kernels", {}).get(row["shape"], []):
+            kernels.append({"shape": row["shape"], "config": best["label"], "kernel": k["op"], "calls": k["calls"],
+                            "ms": k["ms"], "share": k["share"]})  # fmt: skip
     return (
         "\n\n".join(
             [
@@ -248,6 +260,14 @@ def text(result: dict) -> str:
                 ),  # fmt: skip
                 tabulate(status, headers="keys", tablefmt="github"),
                 tabulate(rows, headers="keys", floatfmt=".3g", tablefmt="github"),
+                *(
+                    [
+                        "The best config's backward, GPU time per kernel (torch.profiler, per call):\n\n"
+                        + tabulate(kernels, headers="keys", floatfmt=".4g", tablefmt="github")
+                    ]
+                    if kernels
+                    else []
+                ),
                 *(["Baselines without a time:\n\n" + "\n".join(f"- {m}" for m in missing)] if missing else []),
             ]
         )

@@ -64,9 +64,10 @@ def _child(probe, capsys, config) -> dict:
     return probe.outcome(config, capsys.readouterr().out, "", 0)
 
 
-def test_a_right_kernel_passes_every_check_and_is_timed(benchmark_script, stand_in_kernels, capsys):
+def test_a_right_kernel_passes_every_check_and_is_timed(benchmark_script, stand_in_kernels, capsys, monkeypatch):
     probe = benchmark_script("hopper_attention_backward_probe")
     stand_in_kernels(1.0)
+    monkeypatch.setattr(probe, "KERNEL_STEPS", 1)  # one profiled call per preset: the interpreter is slow
     result = _child(probe, capsys, probe.QUICK[0])
     assert result["status"] == "ok", result["status"]
     shapes = {c["shape"] for c in result["checks"]}
@@ -80,6 +81,9 @@ def test_a_right_kernel_passes_every_check_and_is_timed(benchmark_script, stand_
     assert set(result["times"]) == set(SHAPES)
     for times in result["times"].values():
         assert set(times) == {"backward", "forward+backward"} and all(t["tflops"] > 0 for t in times.values())
+    # Where the backward's time goes, per op (CPU time under the interpreter, GPU kernels on a GPU).
+    assert set(result["kernels"]) == set(SHAPES)
+    assert all(rows and all(r["ms"] >= 0 and r["calls"] > 0 for r in rows) for rows in result["kernels"].values())
 
 
 def test_a_wrong_kernel_is_reported_wrong_with_its_first_failure(
@@ -110,7 +114,11 @@ def test_the_report_marks_a_wrong_config_and_takes_the_best_right_one(benchmark_
                               "sdpa-flash": {"tflops": 150.0}, "sdpa-default": {"unsupported": "no"}}},
         "configs": [config("fast-but-wrong", "wrong on 1 of 1 checks", 400.0), config("right", "ok", 300.0)],
     }  # fmt: skip
+    result["configs"][1]["kernels"] = {shape: [{"op": "_attn_bwd_dkdv_kernel", "calls": 1, "ms": 0.25, "share": 0.7}]}
+    result["configs"][0]["kernels"] = {shape: [{"op": "wrong_kernel", "calls": 1, "ms": 0.1, "share": 1.0}]}
     markdown = probe.text(result)
+    assert f"| {shape} | right    | _attn_bwd_dkdv_kernel |       1 | 0.25 |     0.7 |" in markdown
+    assert "wrong_kernel" not in markdown  # the best right config's breakdown only
     row = next(line for line in markdown.splitlines() if line.startswith(f"| {shape} "))
     cells = [c.strip() for c in row.strip("|").split("|")]
     assert cells[5:9] == ["300", "right", "1.5", "2"]  # best gluon, its config, x sdpa-cudnn, x sdpa-flash
