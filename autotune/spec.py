@@ -218,11 +218,12 @@ class KernelSpec:
         newest: dict[tuple[str, str, str], int] = {}
         for row in rows:
             key = (row.gpu, row.dtype, row.bucket)
-            newest[key] = min(newest.get(key, len(self.extends) + 1), self._age(row.source_hash))
-        return [r for r in rows if self._age(r.source_hash) == newest[(r.gpu, r.dtype, r.bucket)]]
+            newest[key] = min(newest.get(key, len(self.extends) + 1), self.age(row.source_hash))
+        return [r for r in rows if self.age(r.source_hash) == newest[(r.gpu, r.dtype, r.bucket)]]
 
-    def _age(self, source_hash: str) -> int:
-        """0 for this source, 1 for the newest earlier space, 2 for the one before it, ..."""
+    def age(self, source_hash: str) -> int:
+        """How many versions old a row stored under source_hash is: 0 for this source, 1 for the newest earlier
+        space it extends, 2 for the one before, ...; past them all for any other hash."""
         if source_hash == self.source_hash:
             return 0
         hashes = [e.source_hash for e in self.extends]

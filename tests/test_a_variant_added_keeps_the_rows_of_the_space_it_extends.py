@@ -242,6 +242,8 @@ def test_a_bucket_serves_the_row_of_its_newest_version(user_db):
         rows = store.best_rows(kernel="variant_add")
         assert [r.config for r in EXTENDED_TWICE.current_rows(rows)] == [TUNED_NOW]
         assert served(EXTENDED_TWICE) == TUNED_NOW
+        key = row_key(EXTENDED_TWICE, gpu.current_gpu(), torch.float32, vector_add.parse_shape(str(N)))
+        assert warm_starts(EXTENDED_TWICE, store, key)[1:] == [TUNED_NOW, TUNED_BEFORE]  # the served one first
         store.record_best(row(EXTENDED_TWICE.source_hash, newest))
         assert [r.config for r in EXTENDED_TWICE.current_rows(store.best_rows(kernel="variant_add"))] == [newest]
     assert served(EXTENDED_TWICE) == newest

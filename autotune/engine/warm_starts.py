@@ -55,7 +55,7 @@ def warm_starts(
         ]
         # This source's row, then those of the earlier spaces it extends: their configs are this kernel's code.
         current = [row for row in rows if spec.row_is_current(row)]
-        current.sort(key=lambda row: row.source_hash != key.source_hash)
+        current.sort(key=lambda row: spec.age(row.source_hash))  # the newest version's row first: the one served
         configs += [config for row in current if (config := _stored_config(spec, row)) is not None]
         guesses_from = len(configs)
         earlier: list[Config] = []
