@@ -41,7 +41,7 @@ from autotune.search_spaces.flash_attn_gluon import (  # noqa: F401 (BARRIER_BYT
     fixed_by_engine,
     is_triton,
     problem_refuses,
-    register_split,
+    register_split_problem,
 )
 from autotune.space import Config, Param, Problem, next_pow2
 
@@ -90,13 +90,9 @@ def config_problem(config: dict, head_dim: int) -> str | None:
         return "DQ='combined' adds one consumer's dQ to the other's: it needs NUM_CONSUMERS=2"
     if config["PINGPONG"] and consumers != 2:
         return "PINGPONG takes turns between two consumers: it needs NUM_CONSUMERS=2"
-    _, first = register_split(consumers, registers)
-    if first != registers:
-        fits = [r for r in CHOICES["CONSUMER_REGISTERS"] if register_split(consumers, r)[1] == r]
-        return (
-            f"CONSUMER_REGISTERS={registers} with {consumers} consumer(s) leaves the first consumer {first} "
-            f"registers; choose one of {fits}"
-        )
+    why = register_split_problem(consumers, registers, CHOICES["CONSUMER_REGISTERS"])
+    if why is not None:
+        return why
     used = shared_memory_bytes(config, head_dim)
     if used > SHARED_MEMORY_BYTES:
         return f"the tiles take {used} bytes of shared memory, over the {SHARED_MEMORY_BYTES} a program may use"

@@ -75,6 +75,19 @@ def register_split(num_consumers: int, consumer_registers: int) -> tuple[int, in
     return maxnreg, left // 8 * 8
 
 
+def register_split_problem(num_consumers: int, consumer_registers: int, choices) -> str | None:
+    """Why CONSUMER_REGISTERS=consumer_registers shortchanges the first consumer (`register_split` gives it fewer),
+    naming those of `choices` that do not; or None."""
+    _, first = register_split(num_consumers, consumer_registers)
+    if first == consumer_registers:
+        return None
+    fits = [r for r in choices if register_split(num_consumers, r)[1] == r]
+    return (
+        f"CONSUMER_REGISTERS={consumer_registers} with {num_consumers} consumer(s) leaves the first consumer {first} "
+        f"registers; choose one of {fits}"
+    )
+
+
 def shared_memory_bytes(config: dict, head_dim: int, element_size: int = 2) -> int:
     """Shared memory one program takes: a Q tile per consumer (reused for its output), the K/V ring, barriers."""
     q = config["NUM_CONSUMERS"] * config["BLOCK_M"] * head_dim
@@ -91,14 +104,9 @@ def config_problem(config: dict, head_dim: int) -> str | None:
     consumers = config["NUM_CONSUMERS"]
     if config["PINGPONG"] and consumers != 2:
         return "PINGPONG takes turns between two consumers: it needs NUM_CONSUMERS=2"
-    registers = config["CONSUMER_REGISTERS"]
-    _, first = register_split(consumers, registers)
-    if first != registers:
-        fits = [r for r in CHOICES["CONSUMER_REGISTERS"] if register_split(consumers, r)[1] == r]
-        return (
-            f"CONSUMER_REGISTERS={registers} with {consumers} consumer(s) leaves the first consumer {first} "
-            f"registers; choose one of {fits}"
-        )
+    why = register_split_problem(consumers, config["CONSUMER_REGISTERS"], CHOICES["CONSUMER_REGISTERS"])
+    if why is not None:
+        return why
     used = shared_memory_bytes(config, head_dim)
     if used > SHARED_MEMORY_BYTES:
         return f"the tiles take {used} bytes of shared memory, over the {SHARED_MEMORY_BYTES} a program may use"

@@ -13,7 +13,12 @@ L2 reuse) and CONSUMER_REGISTERS (what setmaxnreg gives a consumer warpgroup).
 
 from __future__ import annotations
 
-from autotune.search_spaces.flash_attn_gluon import GLUON_TRITON, LOADER_REGISTERS, register_split
+from autotune.search_spaces.flash_attn_gluon import (
+    GLUON_TRITON,
+    LOADER_REGISTERS,
+    register_split,
+    register_split_problem,
+)
 
 __all__ = ["GLUON_TRITON", "LOADER_REGISTERS", "register_split"]
 
@@ -77,14 +82,9 @@ def config_problem(config: dict, gated: bool = False) -> str | None:
     consumers = config["NUM_CONSUMERS"]
     if config["SCHEDULE"] == "pingpong" and consumers != 2:
         return "SCHEDULE='pingpong' hands tiles to two consumers in turn: it needs NUM_CONSUMERS=2"
-    registers = config["CONSUMER_REGISTERS"]
-    _, first = register_split(consumers, registers)
-    if first != registers:
-        fits = [r for r in CHOICES["CONSUMER_REGISTERS"] if register_split(consumers, r)[1] == r]
-        return (
-            f"CONSUMER_REGISTERS={registers} with {consumers} consumer(s) leaves the first consumer {first} "
-            f"registers; choose one of {fits}"
-        )
+    why = register_split_problem(consumers, config["CONSUMER_REGISTERS"], CHOICES["CONSUMER_REGISTERS"])
+    if why is not None:
+        return why
     accumulators = accumulator_registers(config, gated)
     if accumulators > MAX_ACCUMULATOR_REGISTERS:
         what = "the gate's and the up projection's accumulators take" if gated else "the accumulator takes"
