@@ -16,9 +16,8 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from autotune.kernels.common.rounding import round_to
 from autotune.kernels.norm.backward_math import _centered_wdy, _dx, _row_rstd
-from autotune.kernels.norm.layer_norm_backward_tiles import _centered64, _dw_term64, _load_acc
+from autotune.kernels.norm.layer_norm_backward_tiles import _centered64, _dw_term64, _load_acc, _store_dx_acc
 
 
 @triton.jit
@@ -63,9 +62,7 @@ def _norm_backward_tiles_early_kernel(
         xhat = xc * rstd
         sum_wdy = 0.0 if IS_RMS else tl.sum(wdy, axis=1)[:, None]
         dx = _dx(xhat, wdy, rstd, tl.sum(xhat * wdy, axis=1)[:, None], sum_wdy, n_cols, IS_RMS) + dh
-        # Through float32: the Triton interpreter casts float64 to bfloat16 wrongly.
-        dx_offs = rows[:, None] * dx_stride + cols[None, :]
-        tl.store(dx_ptr + dx_offs, round_to(dx.to(tl.float32), dx_ptr.dtype.element_ty), mask=mask)
+        _store_dx_acc(dx, dh_ptr, dx_ptr, 0, rows[:, None] * dx_stride + cols[None, :], mask, ACC, False)
         if FINE:
             dw_acc += tl.sum(_dw_term64(x, dy, hi, lo, rstd64, IS_RMS), axis=0)
             db_acc += tl.sum(dy.to(tl.float64), axis=0)
