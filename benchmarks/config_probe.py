@@ -82,6 +82,15 @@ def outcome(config: dict, label: str, stdout: str, stderr: str, returncode: int,
     return result
 
 
+def status_rows(configs: list[dict]) -> list[dict]:
+    """The report's first table: each config's label, status, checks passed of checks, and seconds."""
+    return [
+        {"config": c["label"], "status": c["status"], "checks passed": sum(x["ok"] for x in c["checks"]),
+         "checks": len(c["checks"]), "seconds": c["seconds"]}
+        for c in configs
+    ]  # fmt: skip
+
+
 def _records(stdout: str) -> list[dict]:
     records = []
     for line in stdout.splitlines():

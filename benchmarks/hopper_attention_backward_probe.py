@@ -210,11 +210,7 @@ def text(result: dict) -> str:
     the best correct config's ratios, and each config's forward + backward / backward-alone TFLOP/s."""
     shapes = [shape_label(p) for p in result["presets"]]
     configs = result["configs"]
-    status = [
-        {"config": c["label"], "status": c["status"], "checks passed": sum(x["ok"] for x in c["checks"]),
-         "checks": len(c["checks"]), "seconds": c["seconds"]}
-        for c in configs
-    ]  # fmt: skip
+    status = config_probe.status_rows(configs)
     rows = []
     for shape in shapes:
         base = result["baselines"].get(shape, {})

@@ -199,16 +199,7 @@ def text(result: dict) -> str:
     """The markdown: where it ran, each config's status, TFLOP/s per preset, the best correct config's ratios."""
     shapes = [shape_label(p) for p in result["presets"]]
     configs = result["configs"]
-    status = [
-        {
-            "config": c["label"],
-            "status": c["status"],
-            "checks passed": sum(x["ok"] for x in c["checks"]),
-            "checks": len(c["checks"]),
-            "seconds": c["seconds"],
-        }
-        for c in configs
-    ]
+    status = config_probe.status_rows(configs)
     rows = []
     for shape in shapes:
         base = result["baselines"].get(shape, {})

@@ -227,11 +227,7 @@ def baselines(kind: str, shapes: list[str], dtype: torch.dtype) -> dict:
 def text(result: dict) -> str:
     """The markdown: where it ran, each config's status, TFLOP/s per shape, the best correct config's ratios."""
     configs = result["configs"]
-    status = [
-        {"config": c["label"], "status": c["status"], "checks passed": sum(x["ok"] for x in c["checks"]),
-         "checks": len(c["checks"]), "seconds": c["seconds"]}
-        for c in configs
-    ]  # fmt: skip
+    status = config_probe.status_rows(configs)
     tables = []
     for kind, shapes in (("plain", result["plain_shapes"]), ("gated", result["gated_shapes"])):
         mine = [c for c in configs if c["kind"] == kind]
