@@ -1,10 +1,11 @@
-"""Storing a best-config row straight into a test's user database, as a finished search would."""
+"""Storing a best-config row straight into a test's user database, as a finished search would; reading the shipped
+database's rows."""
 
 from __future__ import annotations
 
 import json
 
-from autotune import gpu, runtime
+from autotune import db, gpu, runtime
 from autotune.db import BestRow, ConfigStore
 from autotune.spec import KernelSpec
 
@@ -38,3 +39,9 @@ def store_best(
             )
         )
     runtime.clear_cache()
+
+
+def shipped_rows(kernel: str) -> list[BestRow]:
+    """kernel's rows in the package's shipped database, read without writing."""
+    with ConfigStore(db.as_url(str(db.shipped_path())), readonly=True) as store:
+        return store.best_rows(kernel=kernel)

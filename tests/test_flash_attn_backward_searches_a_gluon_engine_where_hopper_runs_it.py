@@ -7,10 +7,11 @@ stay current and are served completed with engine="triton"."""
 import optuna
 import pytest
 import torch
+from stored_rows import shipped_rows
 
 import autotune
-from autotune import db, gpu
-from autotune.db import BestRow, ConfigStore
+from autotune import gpu
+from autotune.db import ConfigStore
 from autotune.engine.plan import SearchOptions
 from autotune.engine.search import search
 from autotune.kernels.attention import flash_attn_backward as fab
@@ -140,14 +141,9 @@ def test_a_search_on_the_cpu_tries_the_triton_kernels_alone(tmp_path):
     assert all(t.config["dq"] != "combined" for t in result.trials)
 
 
-def _shipped_rows() -> list[BestRow]:
-    with ConfigStore(db.as_url(str(db.shipped_path())), readonly=True) as store:
-        return store.best_rows(kernel="flash_attn_backward")
-
-
 def test_every_shipped_row_is_current_and_those_tuned_before_the_engine_are_served_completed():
     spec = autotune.get("flash_attn_backward")
-    rows = _shipped_rows()
+    rows = shipped_rows("flash_attn_backward")
     earlier = [r for r in rows if r.source_hash == spec.extends[0].source_hash]
     assert spec.extends[0].source_hash == "ccd6b823f74511d7", "the hash every shipped row was tuned under"
     assert len(rows) >= 80 and {r.source_hash for r in rows} <= {spec.extends[0].source_hash, spec.source_hash}

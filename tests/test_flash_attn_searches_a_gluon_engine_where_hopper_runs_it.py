@@ -8,9 +8,10 @@ import json
 import optuna
 import pytest
 import torch
+from stored_rows import shipped_rows
 
 import autotune
-from autotune import db, gpu, runtime
+from autotune import gpu, runtime
 from autotune.db import BestRow, ConfigStore
 from autotune.engine.plan import SearchOptions
 from autotune.engine.search import search
@@ -107,14 +108,9 @@ def test_a_search_on_the_cpu_tries_the_triton_kernels_alone(tmp_path):
     assert all(t.config["engine"] == "triton" for t in result.trials)
 
 
-def _shipped_flash_attn_rows() -> list[BestRow]:
-    with ConfigStore(db.as_url(str(db.shipped_path())), readonly=True) as store:
-        return store.best_rows(kernel="flash_attn")
-
-
 def test_every_shipped_row_is_current_and_those_tuned_before_the_engine_are_served_completed():
     spec = autotune.get("flash_attn")
-    rows = _shipped_flash_attn_rows()
+    rows = shipped_rows("flash_attn")
     earlier = [r for r in rows if r.source_hash == spec.extends[0].source_hash]
     assert earlier and {r.source_hash for r in rows} <= {spec.extends[0].source_hash, spec.source_hash}
     assert all(spec.row_is_current(r) for r in rows)
@@ -130,7 +126,7 @@ def test_a_shipped_config_without_the_new_keys_is_served_and_launches_here(user_
     """A shipped row's config, stored under the earlier hash for a tiny bucket here: the runtime serves it
     completed, and it computes attention under the interpreter."""
     spec = autotune.get("flash_attn")
-    earlier = [r for r in _shipped_flash_attn_rows() if r.source_hash == spec.extends[0].source_hash]
+    earlier = [r for r in shipped_rows("flash_attn") if r.source_hash == spec.extends[0].source_hash]
     shipped = min(earlier, key=lambda r: (r.config["BLOCK_M"] * r.config["BLOCK_N"], r.id))
     q, k, v = (torch.randn(1, 2, 40, 32) for _ in range(3))
     problem = problems_.problem(1, 2, 40, 32)

@@ -10,12 +10,11 @@ import json
 import pytest
 import torch
 from click.testing import CliRunner
-from stored_rows import store_best
+from stored_rows import shipped_rows, store_best
 
 import autotune
-from autotune import db, runtime
+from autotune import runtime
 from autotune.cli import main
-from autotune.db import BestRow, ConfigStore
 from autotune.kernels.gemm.matmul import matmul
 from autotune.search_spaces.gemm_gluon import TRITON
 from autotune.spec import dtype_from_name
@@ -26,15 +25,10 @@ UNCHANGED = {"mlp": "9afe797bb1bb9471", "gated_mlp_backward": "b2aabf92cecd6f1f"
 EARLIER = {"matmul": "fef09b22e5fb885a", "linear": "fef09b22e5fb885a", "gated_mlp": "8c5fa9309049700e"}
 
 
-def shipped(kernel: str) -> list[BestRow]:
-    with ConfigStore(db.as_url(str(db.shipped_path())), readonly=True) as store:
-        return store.best_rows(kernel=kernel)
-
-
 @pytest.mark.parametrize("kernel", EXTENDED)
 def test_every_shipped_row_carries_the_earlier_hash_and_is_current_and_served_completed(kernel):
     spec = autotune.get(kernel)
-    rows = shipped(kernel)
+    rows = shipped_rows(kernel)
     assert len(rows) >= 3
     (earlier,) = spec.extends
     assert {r.source_hash for r in rows} == {earlier.source_hash} == {EARLIER[kernel]} != {spec.source_hash}
@@ -50,7 +44,7 @@ def test_every_shipped_row_carries_the_earlier_hash_and_is_current_and_served_co
 def test_the_kernels_that_gained_nothing_keep_their_hashes(kernel):
     spec = autotune.get(kernel)
     assert spec.extends == () and spec.source_hash == UNCHANGED[kernel]
-    assert {r.source_hash for r in shipped(kernel)} == {spec.source_hash}
+    assert {r.source_hash for r in shipped_rows(kernel)} == {spec.source_hash}
 
 
 @pytest.mark.parametrize("kernel", [*EXTENDED, "mlp"])
@@ -65,7 +59,7 @@ def test_a_shipped_matmul_config_stored_before_the_engine_launches_here(user_db)
     """A shipped H100 row's config (its tiles cut to a small bucket here, as a grid), stored under the earlier hash:
     served completed with engine="triton", and it multiplies right under the interpreter."""
     spec = autotune.get("matmul")
-    row = min(shipped("matmul"), key=lambda r: r.id)
+    row = min(shipped_rows("matmul"), key=lambda r: r.id)
     tiles = {"variant": "tiled", "BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 32, "GROUP_M": 1, "SPLIT_K": 1}
     row_config = {**row.config, **tiles}
     problem = {"m": 80, "k": 96, "n": 72, "batch": 0}

@@ -11,12 +11,11 @@ import json
 import pytest
 import torch
 from click.testing import CliRunner
-from stored_rows import store_best
+from stored_rows import shipped_rows, store_best
 
 import autotune
-from autotune import db, runtime
+from autotune import runtime
 from autotune.cli import main
-from autotune.db import BestRow, ConfigStore
 from autotune.kernels import layer_norm
 from autotune.kernels.norm import problems as _norm_problems
 
@@ -28,15 +27,10 @@ EXTENDED = {
 """Each spec that gained a variant, with the values its stored configs are completed with."""
 
 
-def shipped(kernel: str) -> list[BestRow]:
-    with ConfigStore(db.as_url(str(db.shipped_path())), readonly=True) as store:
-        return store.best_rows(kernel=kernel)
-
-
 @pytest.mark.parametrize("kernel", EXTENDED)
 def test_every_shipped_row_carries_the_earlier_hash_and_is_current_and_served_completed(kernel):
     spec = autotune.get(kernel)
-    rows = shipped(kernel)
+    rows = shipped_rows(kernel)
     assert len(rows) >= 12
     earlier = spec.extends[0]  # the oldest: the space before the variant
     before = [r for r in rows if r.source_hash == earlier.source_hash]
@@ -54,7 +48,7 @@ def test_every_shipped_row_carries_the_earlier_hash_and_is_current_and_served_co
 def test_the_backward_of_group_norm_gained_nothing_and_keeps_its_hash():
     spec = autotune.get("group_norm_backward")
     assert spec.extends == ()
-    assert {r.source_hash for r in shipped("group_norm_backward")} == {spec.source_hash}
+    assert {r.source_hash for r in shipped_rows("group_norm_backward")} == {spec.source_hash}
 
 
 @pytest.mark.parametrize("kernel", EXTENDED)
@@ -68,7 +62,7 @@ def test_query_shows_the_shipped_h100_rows_current(kernel):
 @pytest.mark.filterwarnings("ignore::autotune.runtime.NoTunedConfigsWarning")  # the forward's default, here
 def test_a_shipped_backward_config_stored_before_the_tiles_kernel_launches_the_first_kernel_here(user_db):
     spec = autotune.get("layer_norm_backward")
-    before = [r for r in shipped("layer_norm_backward") if r.source_hash == spec.extends[0].source_hash]
+    before = [r for r in shipped_rows("layer_norm_backward") if r.source_hash == spec.extends[0].source_hash]
     row = min(before, key=lambda r: (r.config["BLOCK_N"], r.id))
     n = row.config["BLOCK_N"] - 5
     store_best(user_db, spec, spec.bucket(_norm_problems.problem([3, n], rms=False)), row.config,
