@@ -453,6 +453,27 @@ def test_merge_never_takes_a_flagged_row_over_a_working_one(store: ConfigStore, 
     assert got["b"].flagged  # a key of its own: kept with its flag, which keeps it from being served
 
 
+def test_merge_brings_a_later_verification_of_the_same_row_and_never_an_earlier_one(
+    store: ConfigStore, tmp_path: Path
+) -> None:
+    store.record_best(best(bucket="a"))
+    store.record_best(best(bucket="b"))
+    copy_path = tmp_path / "copy.sqlite"
+    store.export(str(copy_path))  # the rows shipped, then verified where the copy went
+    with ConfigStore(str(copy_path)) as copy:
+        rows = {r.bucket: r for r in copy.best_rows()}
+        assert copy.record_verification(rows["a"], passed=True, seed=3, examples=40)
+        assert _flag(copy, rows["b"])
+    assert store.merge(str(copy_path)) == (2, 2)
+    got = {r.bucket: r for r in store.best_rows()}
+    assert got["a"].verify_passed and got["a"].verify_examples == 40
+    assert got["b"].flagged  # a failure found later reaches the row too
+
+    assert store.record_verification(got["a"], passed=True, seed=4, examples=80)
+    assert store.merge(str(copy_path)) == (2, 0)  # the copy's verifications are older now, or the same
+    assert {r.bucket: r.verify_examples for r in store.best_rows()} == {"a": 80, "b": 5}
+
+
 def test_a_new_file_gets_wal_and_an_exported_file_keeps_its_rollback_journal_when_written(
     store: ConfigStore, db_path: Path, tmp_path: Path
 ) -> None:

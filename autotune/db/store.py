@@ -51,8 +51,11 @@ def _trial_row(m: TrialRecord) -> TrialRow:
 
 
 def _replaces(new: BestRow, old: BestConfig) -> bool:
-    """Whether new takes old's place: a row that failed re-verification loses to one that did not, and
-    its config stays out of its key (a search would find it again); otherwise the faster row wins."""
+    """Whether new takes old's place: the same measurement (config, time, creation) re-verified later
+    brings its latest verification, pass or fail; a row that failed re-verification loses to one that did
+    not, and its config stays out of its key (a search would find it again); otherwise the faster row wins."""
+    if (new.config_json, new.time_ms, new.created_at) == (old.config_json, old.time_ms, old.created_at):
+        return new.verified_at is not None and (old.verified_at is None or new.verified_at > old.verified_at)
     if old.verify_passed is False:
         return not new.flagged and new.config != json_object(old.config_json, "stored config_json")
     return not new.flagged and new.time_ms < old.time_ms
