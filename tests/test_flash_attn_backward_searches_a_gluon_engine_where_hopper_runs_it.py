@@ -58,7 +58,8 @@ def test_the_gluon_engine_is_rejected_here_naming_why():
     [
         ({}, HALF_128, None),
         ({"dq": "combined", "ds": "split", "EARLY_DP": True}, HALF_128, None),
-        ({"BLOCK_M": 128, "dq": "combined"}, HALF_64, None),
+        ({"BLOCK_M": 128, "dq": "atomic"}, HALF_64, None),
+        ({"BLOCK_M": 128, "dq": "combined"}, HALF_64, "engine=gluon: DQ='combined' with 128-query blocks is refused"),
         ({"PINGPONG": True}, HALF_128, None),
         ({"PINGPONG": True, "dq": "combined", "EARLY_DP": True}, HALF_128, None),
         (
@@ -105,7 +106,7 @@ def test_triton_configs_fix_the_gluon_parameters_and_leave_combined_to_it(hopper
     "problem, best",
     [
         (HALF_128, {"BLOCK_M": 64, "dq": "separate"}),
-        (HALF_64, {"BLOCK_M": 128, "dq": "combined"}),
+        (HALF_64, {"BLOCK_M": 64, "dq": "atomic"}),
         ({**HALF_128, "dtype": "fp16", "causal": True, "batch": 16, "nq": 1024, "nk": 1024}, {"dq": "separate"}),
     ],
 )

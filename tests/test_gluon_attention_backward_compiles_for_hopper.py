@@ -62,6 +62,7 @@ print(hopper_backward.supported(q, q, q))
         ({"DQ": "atomics"}, 128, "config['DQ'] must be one of ('atomic', 'combined', 'separate'), got 'atomics'"),
         ({"DQ": "combined", "NUM_CONSUMERS": 1, "CONSUMER_REGISTERS": 232}, 128, "it needs NUM_CONSUMERS=2"),
         ({"SPLIT_DS": 1}, 128, "config['SPLIT_DS'] must be one of (False, True), got 1"),
+        ({"DQ": "combined", "BLOCK_M": 128}, 64, "its dQ failed `db verify` on an H100"),
         ({"PINGPONG": True, "NUM_CONSUMERS": 1, "CONSUMER_REGISTERS": 232}, 128, "PINGPONG takes turns between two"),
         ({}, 96, "head dim 96 is not one of (64, 128)"),
         ({"CONSUMER_REGISTERS": 232}, 128, "leaves the first consumer 224 registers; choose one of [192, 216, 240]"),
