@@ -31,8 +31,15 @@ CASES += [
     for rows in (1, 2)
     for block in (4096, 8192)
 ]
-"""Configs at the widest rows of one block, read once (one and two rows at a time) or twice, and the tiles_early
-kernel's (which holds the residual's gradient too) at 16 warps; the test keeps those the space accepts. bf16 data
+CASES += [
+    {**COMMON, "kernel": "tiles_ahead", "READS": 1, "BLOCK_M": rows, "BLOCK_N": block, "num_warps": warps}
+    for rows in (1, 2)
+    for block in (4096, 8192)
+    for warps in (16, 32)
+]
+"""Configs at the widest rows of one block, read once (one and two rows at a time) or twice, and the tiles_early and
+tiles_ahead kernels' (which hold the residual's gradient, and the next rows, too) at 16 warps (tiles_ahead at 32
+too); the test keeps those the space accepts. bf16 data
 (float32 arithmetic), a residual's gradient, weight and bias."""
 
 
@@ -44,6 +51,7 @@ def compile_cases() -> None:
         from autotune.kernels.norm import (
             layer_norm_backward,
             layer_norm_backward_tiles,
+            layer_norm_backward_tiles_ahead,
             layer_norm_backward_tiles_early,
         )
 
@@ -62,7 +70,8 @@ def compile_cases() -> None:
             return launch
 
     for module, name in ((layer_norm_backward_tiles, "_norm_backward_tiles_kernel"),
-                         (layer_norm_backward_tiles_early, "_norm_backward_tiles_early_kernel")):  # fmt: skip
+                         (layer_norm_backward_tiles_early, "_norm_backward_tiles_early_kernel"),
+                         (layer_norm_backward_tiles_ahead, "_norm_backward_tiles_ahead_kernel")):  # fmt: skip
         setattr(module, name, Keeping(getattr(module, name)))
     for rms in (False, True):
         for config in CASES:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import optuna
 import pytest
 import torch
+from norm_backward_runs import launch_poisoned, one_read_config
 
 from autotune.gate.verify import verify
 from autotune.kernels.norm import problems as _norm_problems
@@ -27,21 +28,6 @@ def problem(shape, *, rms=False, **kw):
     return _norm_problems.problem(shape, rms=rms, residual=True, **kw)
 
 
-def config(kernel: str, **overrides):
-    return SPACE.with_overrides(**{"kernel": kernel, "READS": 1, "PROGRAMS_PER_SM": 2, "num_warps": 2, "num_stages": 1,
-                                   **overrides})  # fmt: skip
-
-
-def _run(spec, problem_, cfg, dtype):
-    inputs = spec.make_inputs(problem_, dtype, torch.device("cpu"), 3)
-    x = inputs["x"]
-    grads = [torch.full(x.shape, float("nan"), dtype=dtype)]  # poisoned: every element must be written
-    grads += [torch.full(inputs[k].shape, float("nan"), dtype=inputs[k].dtype) for k in ("weight", "bias")
-              if inputs.get(k) is not None]  # fmt: skip
-    spec.launch(inputs, cfg, tuple(grads))
-    return grads
-
-
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16], ids=["fp32", "fp16", "bf16"])
 @pytest.mark.parametrize("variant", ["partials", "atomic"])
 @pytest.mark.parametrize("kernel", SPECS)
@@ -54,7 +40,9 @@ def test_tiles_early_computes_what_tiles_computes_bit_for_bit(kernel, variant, d
     ]
     for p, tiles in cases:
         tiles = {**tiles, "variant": variant}
-        ours, theirs = (_run(SPECS[kernel], p, config(k, **tiles), dtype) for k in ("tiles_early", "tiles"))
+        ours, theirs = (
+            launch_poisoned(SPECS[kernel], p, one_read_config(k, **tiles), dtype) for k in ("tiles_early", "tiles")
+        )
         for a, b in zip(ours, theirs, strict=True):
             assert not a.isnan().any()
             assert torch.equal(a, b), (p["shape"], tiles)
@@ -64,7 +52,7 @@ def test_tiles_early_computes_what_tiles_computes_bit_for_bit(kernel, variant, d
 @pytest.mark.parametrize("kernel", SPECS)
 def test_tiles_early_passes_the_float64_gate(kernel, dtype):
     rms = kernel.startswith("rms")
-    cfg = config("tiles_early", variant="atomic", BLOCK_M=2, BLOCK_N=512)
+    cfg = one_read_config("tiles_early", variant="atomic", BLOCK_M=2, BLOCK_N=512)
     edges = [problem([3, 509], rms=rms, layout="strided", values="offset"), problem([4, 300], rms=rms, magnitude=1e4)]
     assert [SPACE.rejects(cfg, p) for p in edges] == [None, None]
     result = verify(SPECS[kernel], cfg, dtype, examples=4, max_numel=2048, seed=5, extra_problems=edges)
@@ -73,7 +61,7 @@ def test_tiles_early_passes_the_float64_gate(kernel, dtype):
 
 def test_the_space_holds_tiles_early_only_where_a_residual_row_is_read_once():
     with_sum, without = problem([8192, 4096]), _norm_problems.problem([8192, 4096], rms=False)
-    early = config("tiles_early", BLOCK_N=4096, num_warps=16)
+    early = one_read_config("tiles_early", BLOCK_N=4096, num_warps=16)
     assert SPACE.rejects(early, with_sum) is None
     assert SPACE.rejects({**early, "BLOCK_M": 2}, with_sum) is None
     assert "READS must be 1" in SPACE.rejects({**early, "READS": 2}, with_sum)
@@ -81,7 +69,7 @@ def test_the_space_holds_tiles_early_only_where_a_residual_row_is_read_once():
     inputs = LAYER_NORM_BACKWARD.make_inputs(_norm_problems.problem([4, 8], rms=False), torch.float32,
                                              torch.device("cpu"), 0)  # fmt: skip
     with pytest.raises(ValueError, match="tiles_early' needs READS=1 and a fused residual's gradient"):
-        LAYER_NORM_BACKWARD.launch(inputs, config("tiles_early", BLOCK_N=16), (torch.empty(4, 8),) * 3)
+        LAYER_NORM_BACKWARD.launch(inputs, one_read_config("tiles_early", BLOCK_N=16), (torch.empty(4, 8),) * 3)
 
 
 def test_a_search_draws_tiles_early_and_runs_it_only_on_a_residual():
@@ -96,9 +84,9 @@ def test_a_search_draws_tiles_early_and_runs_it_only_on_a_residual():
 
 @pytest.mark.parametrize("spec", SPECS.values(), ids=SPECS)
 def test_the_rows_stored_before_tiles_early_serve_the_tiles_row_first(spec):
-    before_tiles, before_early = spec.extends
+    before_tiles, before_early, _ = spec.extends
     assert before_early.source_hash == "bb7d9dd141919d30", "the hash the shipped tiles rows were searched under"
     assert before_tiles.source_hash == "b9000467cf51e6be"
     assert spec.source_hash not in (before_tiles.source_hash, before_early.source_hash)
-    assert spec.is_current(before_early.source_hash, config("tiles", BLOCK_N=16))
-    assert not spec.is_current(before_early.source_hash, config("tiles_early", BLOCK_N=16))
+    assert spec.is_current(before_early.source_hash, one_read_config("tiles", BLOCK_N=16))
+    assert not spec.is_current(before_early.source_hash, one_read_config("tiles_early", BLOCK_N=16))

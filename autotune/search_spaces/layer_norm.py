@@ -4,7 +4,9 @@ and a second small kernel ("partials") or atomics ("atomic"), reading each row o
 kernels: the first, one row at a time in float64 ("rows64"), or "tiles": BLOCK_M one-block rows at a time, in
 float32 for 16-bit data (kernels/norm/layer_norm_backward_tiles.py), or "tiles_early": the tiles kernel for one-block
 rows read once with a fused residual, loading the sum's gradient with the row rather than after its sums
-(kernels/norm/layer_norm_backward_tiles_early.py).
+(kernels/norm/layer_norm_backward_tiles_early.py), or "tiles_ahead": the tiles kernel for one-block rows read once,
+loading the next rows while the current ones' sums reduce, the three sums in one reduction
+(kernels/norm/layer_norm_backward_tiles_ahead.py).
 
 Every constraint depends on the problem only through next_pow2(rows) and next_pow2(N), the numbers of
 its bucket: a config that runs on one problem of a bucket runs on all of them.
@@ -28,14 +30,17 @@ STAGES = (1, 2, 3, 4)
 ROWS = (1, 2, 4, 8, 16)
 PROGRAMS_PER_SM = (1, 2, 4, 8)
 """Programs of the backward per SM; each owns a partial row of the parameter gradients."""
-BACKWARD_KERNELS = ("rows64", "tiles", "tiles_early")
+BACKWARD_KERNELS = ("rows64", "tiles", "tiles_early", "tiles_ahead")
 """The backward's kernels: one row at a time in float64 (the first), or BLOCK_M rows at a time in the data's
 accumulator (float32 for 16-bit data, float64 for float32 data), or that with every load of a row issued before
-its sums (one read, a residual's gradient to add)."""
-TILES_KERNELS = ("tiles", "tiles_early")
+its sums (one read, a residual's gradient to add), or with the next rows' loads issued before the current rows'
+sums, which reduce in one pass (one read)."""
+TILES_KERNELS = ("tiles", "tiles_early", "tiles_ahead")
 """The kernels that hold BLOCK_M rows at a time where they read a row once."""
 BEFORE_TILES_EARLY = ("rows64", "tiles")
 """The backward's kernels before "tiles_early"."""
+BEFORE_TILES_AHEAD = ("rows64", "tiles", "tiles_early")
+"""The backward's kernels before "tiles_ahead"."""
 BACKWARD_ROWS = (1, 2, 4, 8)
 """Rows the tiles kernel holds at once (BLOCK_M) where it reads each row once: more loads in flight for short rows."""
 BEFORE_TILES: Config = {"kernel": "rows64", "BLOCK_M": 1}
@@ -199,7 +204,7 @@ def _rows_at_once_in_tiles_read_once(c: Config, p: Problem) -> str | None:
     if c["BLOCK_M"] == 1:
         return None
     if c["kernel"] not in TILES_KERNELS:
-        return "BLOCK_M > 1 rows at a time needs kernel=tiles or tiles_early"
+        return "BLOCK_M > 1 rows at a time needs kernel=tiles, tiles_early or tiles_ahead"
     if c["READS"] != 1:
         return "BLOCK_M > 1 holds rows across their sums: READS must be 1"
     if c["BLOCK_M"] > next_pow2(row_shape(p)[0]):
@@ -216,6 +221,27 @@ def _early_loads_where_a_residual_row_is_read_once(c: Config, p: Problem) -> str
         return "kernel=tiles_early reads each row once: READS must be 1"
     if not p.get("residual"):
         return "kernel=tiles_early differs from tiles only in loading a fused residual's gradient: none here"
+    return None
+
+
+MAX_AHEAD_ROW_PER_THREAD = MAX_BACKWARD_ELEMENTS_PER_THREAD // 2
+MAX_AHEAD_WARPS = 16
+"""tiles_ahead holds the next tile of rows beside the current one. ptxas for sm_90a (the H100's Triton 3.6, bf16, a
+residual; tests/test_norm_backward_tiles_compiles_for_hopper_without_spilling.py): no spills at 16 warps with rows of
+up to 8 elements a thread (4096 columns, one or two rows at a time); a layer_norm row of 16 (8192 columns) spills 48 B
+a thread, its row-long vectors (the weight, two gradient sums) counting with the tiles; at 32 warps, 64 registers a
+thread, every tile of 8 or more elements a thread spills."""
+
+
+def _ahead_reads_a_row_once(c: Config, p: Problem) -> str | None:
+    if c["kernel"] != "tiles_ahead":
+        return None
+    if c["READS"] != 1:
+        return "kernel=tiles_ahead holds the next rows while the current ones reduce: READS must be 1"
+    if c["num_warps"] > MAX_AHEAD_WARPS:
+        return f"kernel=tiles_ahead holds two tiles: at most {MAX_AHEAD_WARPS} warps (more leave too few registers)"
+    if c["BLOCK_N"] > MAX_AHEAD_ROW_PER_THREAD * 32 * c["num_warps"]:
+        return f"kernel=tiles_ahead holds two tiles: BLOCK_N > {MAX_AHEAD_ROW_PER_THREAD} elements per thread"
     return None
 
 
@@ -247,7 +273,7 @@ BACKWARD_SPACE = SearchSpace(
         Param("num_warps", WARPS),
         Param("num_stages", STAGES),
         # Since the tiles kernel: the kernels' specs `extend` the space without them (BEFORE_TILES), and the
-        # space whose kernels were BEFORE_TILES_EARLY.
+        # spaces whose kernels were BEFORE_TILES_EARLY and BEFORE_TILES_AHEAD.
         Param("kernel", BACKWARD_KERNELS),
         Param("BLOCK_M", BACKWARD_ROWS),
     ),
@@ -259,6 +285,7 @@ BACKWARD_SPACE = SearchSpace(
         _no_idle_warps,
         _rows_at_once_in_tiles_read_once,
         _early_loads_where_a_residual_row_is_read_once,
+        _ahead_reads_a_row_once,
     ),
     suggest_fn=_suggest_backward,
 )

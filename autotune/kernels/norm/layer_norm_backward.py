@@ -14,9 +14,11 @@ it would not.
 
 That is the first kernel (kernel="rows64"). The space also holds a second (kernel="tiles",
 `layer_norm_backward_tiles`): float32 arithmetic and partial rows for 16-bit data, BLOCK_M one-block rows read
-once at a time, L2 kept for a row read twice; and a third (kernel="tiles_early", `layer_norm_backward_tiles_early`):
-the second for one-block rows read once with a fused residual, loading the sum's gradient with the row. A search
-picks between them per bucket; the rows tuned before the second and the third existed stay current (`extends`). The partial rows of either are summed by `_sum_partials_kernel`,
+once at a time, L2 kept for a row read twice; a third (kernel="tiles_early", `layer_norm_backward_tiles_early`):
+the second for one-block rows read once with a fused residual, loading the sum's gradient with the row; and a fourth
+(kernel="tiles_ahead", `layer_norm_backward_tiles_ahead`): the second for one-block rows read once, loading the next
+rows during the current ones' sums, which reduce in one pass. A search picks between them per bucket; the rows tuned
+before each of the later ones existed stay current (`extends`). The partial rows of either are summed by `_sum_partials_kernel`,
 in float64 whatever they are kept in.
 """
 
@@ -30,11 +32,19 @@ from autotune import gpu, runtime
 from autotune.kernels.common.grid import cdiv
 from autotune.kernels.common.rounding import round_to
 from autotune.kernels.norm import layer_norm_backward_tiles as tiles_
+from autotune.kernels.norm import layer_norm_backward_tiles_ahead as ahead_
 from autotune.kernels.norm import layer_norm_backward_tiles_early as early_
 from autotune.kernels.norm import problems as problems_
 from autotune.kernels.norm.backward_math import _centered_wdy, _dx, _row_rstd
 from autotune.kernels.norm.rows import as_rows, flat, mixed_params, unit_stride
-from autotune.search_spaces.layer_norm import BACKWARD_SPACE, BEFORE_TILES, BEFORE_TILES_EARLY, TILES_KERNELS, bucket
+from autotune.search_spaces.layer_norm import (
+    BACKWARD_SPACE,
+    BEFORE_TILES,
+    BEFORE_TILES_AHEAD,
+    BEFORE_TILES_EARLY,
+    TILES_KERNELS,
+    bucket,
+)
 from autotune.space import next_pow2
 from autotune.spec import EarlierSpace, Inputs, KernelSpec
 
@@ -202,6 +212,9 @@ def launch_rows(dy, x, weight, mean, dh, dx, dw, db, eps: float, rms: bool, conf
         raise ValueError(f"config: BLOCK_M={block_m} rows at a time needs kernel='tiles' and READS=1")
     if early and not (one_read and dh is not None):
         raise ValueError("config: kernel='tiles_early' needs READS=1 and a fused residual's gradient (dh)")
+    ahead = config["kernel"] == "tiles_ahead"
+    if ahead and not one_read:
+        raise ValueError("config: kernel='tiles_ahead' needs READS=1")
     programs = min(cdiv(n_rows, block_m), config["PROGRAMS_PER_SM"] * _sm_count())
     atomic = config["variant"] == "atomic"
     grad_dtypes = [grad.dtype for grad in (dw, db) if grad is not None]
@@ -227,7 +240,14 @@ def launch_rows(dy, x, weight, mean, dh, dx, dw, db, eps: float, rms: bool, conf
         num_warps=config["num_warps"], num_stages=config["num_stages"],
         enable_fp_fusion=False,  # a fused multiply-add would keep a rounding error where dx cancels to 0 exactly
     )
-    if early:
+    if ahead:
+        ahead_._norm_backward_tiles_ahead_kernel[(programs,)](
+            *args, IS_RMS=rms, HAS_WEIGHT=weight is not None, HAS_BIAS=db is not None, HAS_DH=dh is not None,
+            ATOMIC=atomic, ACC=tiles_.TL_DTYPES[tiles_.accumulator(x.dtype)], FINE=tiles_.fine(x.dtype, grad_dtypes),
+            BLOCK_M=block_m, BLOCK_N=block, num_warps=config["num_warps"], num_stages=config["num_stages"],
+            enable_fp_fusion=False,
+        )
+    elif early:
         early_._norm_backward_tiles_early_kernel[(programs,)](
             *args, IS_RMS=rms, HAS_WEIGHT=weight is not None, HAS_BIAS=db is not None, ATOMIC=atomic,
             ACC=tiles_.TL_DTYPES[tiles_.accumulator(x.dtype)], FINE=tiles_.fine(x.dtype, grad_dtypes),
@@ -403,12 +423,15 @@ def _spec(name: str, rms: bool) -> KernelSpec:
         presets=[problems_.parse_shape(s, rms=rms) for s in ("8192x4096+res", "16384x8192+res", "8192x4096")],
         interpreter_presets=[problems_.parse_shape("8x300+res", rms=rms)],
         parse_shape=lambda text: problems_.parse_shape(text, rms=rms),
-        sources=(*ROWS64_SOURCES, *tiles_.SOURCES, *early_.SOURCES),
-        # The rows tuned before the tiles kernel: the first kernel alone, configs without kernel and BLOCK_M; and
-        # those tuned before the tiles_early kernel: the first two.
+        sources=(*ROWS64_SOURCES, *tiles_.SOURCES, *early_.SOURCES, *ahead_.SOURCES),
+        # The rows tuned before the tiles kernel: the first kernel alone, configs without kernel and BLOCK_M; those
+        # tuned before the tiles_early kernel: the first two; and before the tiles_ahead kernel: the first three.
         extends=(
             EarlierSpace.before(BACKWARD_SPACE, ROWS64_SOURCES, new=BEFORE_TILES),
             EarlierSpace.before(BACKWARD_SPACE, (*ROWS64_SOURCES, *tiles_.SOURCES), kernel=BEFORE_TILES_EARLY),
+            EarlierSpace.before(
+                BACKWARD_SPACE, (*ROWS64_SOURCES, *tiles_.SOURCES, *early_.SOURCES), kernel=BEFORE_TILES_AHEAD
+            ),
         ),
         description=("rms_norm" if rms else "layer_norm") + " backward: dx, dweight, dbias ('+res': plus the sum's gradient)",
         bucket_edges=lambda problem: problems_.bucket_edges(problem, rms=rms, backward=True),
