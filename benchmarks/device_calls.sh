@@ -11,7 +11,7 @@
 #   ship KERNEL...           export this GPU's current-source rows of KERNEL from $AUTOTUNE_DB (/tmp/tuned.sqlite)
 #                            and merge them into /tmp/x/shipped.sqlite (a faster row replaces a slower one)
 #   pack                     tar /tmp/x into $OUT/r.tgz: every log, the shipped copy, the exports; and Triton's
-#                            kernel cache into $OUT/triton-cache.tgz
+#                            kernel cache (binaries and metadata, no intermediate IR) into $OUT/triton-cache.tgz
 #
 # Compiled kernels carry over between machines: every call compiles into /tmp/triton-cache (TRITON_CACHE_DIR, which
 # search workers inherit), a fresh machine's starts from TRITON_CACHE_START (a triton-cache.tgz an earlier call
@@ -73,5 +73,9 @@ ship() {
 pack() {
   echo "call end $(( $(date +%s) - T0 ))s" | tee -a /tmp/x/calls.log
   tar czf "$OUT/r.tgz" -C /tmp x
-  [ -d "$TRITON_CACHE_DIR" ] && tar czf "$OUT/triton-cache.tgz" -C "$TRITON_CACHE_DIR" .
+  # The compiled binaries and their metadata only: a cached kernel loads from its .json and .cubin (Triton's
+  # get_group keeps the files present), and the intermediate IR (.ttir .ttgir .llir .ptx .source) made the whole
+  # cache too big to bring back (over the device tool's 64 MiB).
+  [ -d "$TRITON_CACHE_DIR" ] && tar czf "$OUT/triton-cache.tgz" -C "$TRITON_CACHE_DIR" \
+    --exclude='*.ttir' --exclude='*.ttgir' --exclude='*.llir' --exclude='*.ptx' --exclude='*.source' .
 }
