@@ -234,31 +234,23 @@ def launch_rows(dy, x, weight, mean, dh, dx, dw, db, eps: float, rms: bool, conf
         dx if dw_buf is None else dw_buf, dx if db_buf is None else db_buf,
         n_rows, n_cols, dy.stride(0), x.stride(0), 0 if dh is None else dh.stride(0), dx.stride(0), eps,
     )
-    meta = dict(
-        IS_RMS=rms, HAS_WEIGHT=weight is not None, HAS_BIAS=db is not None, HAS_DH=dh is not None,
-        ATOMIC=atomic, ONE_CHUNK=one_chunk, ONE_READ=one_read, BLOCK_N=block,
+    # What every kernel takes; the rows64 and tiles kernels add HAS_DH, ONE_CHUNK and ONE_READ, the tiles kernels
+    # their accumulator (ACC, FINE) and BLOCK_M, tiles_ahead HAS_DH (tiles_early always has a dh).
+    common = dict(
+        IS_RMS=rms, HAS_WEIGHT=weight is not None, HAS_BIAS=db is not None, ATOMIC=atomic, BLOCK_N=block,
         num_warps=config["num_warps"], num_stages=config["num_stages"],
         enable_fp_fusion=False,  # a fused multiply-add would keep a rounding error where dx cancels to 0 exactly
     )
+    meta = dict(common, HAS_DH=dh is not None, ONE_CHUNK=one_chunk, ONE_READ=one_read)
+    if tiles:
+        tile = dict(ACC=tiles_.TL_DTYPES[tiles_.accumulator(x.dtype)], FINE=tiles_.fine(x.dtype, grad_dtypes),
+                    BLOCK_M=block_m)  # fmt: skip
     if ahead:
-        ahead_._norm_backward_tiles_ahead_kernel[(programs,)](
-            *args, IS_RMS=rms, HAS_WEIGHT=weight is not None, HAS_BIAS=db is not None, HAS_DH=dh is not None,
-            ATOMIC=atomic, ACC=tiles_.TL_DTYPES[tiles_.accumulator(x.dtype)], FINE=tiles_.fine(x.dtype, grad_dtypes),
-            BLOCK_M=block_m, BLOCK_N=block, num_warps=config["num_warps"], num_stages=config["num_stages"],
-            enable_fp_fusion=False,
-        )
+        ahead_._norm_backward_tiles_ahead_kernel[(programs,)](*args, **common, **tile, HAS_DH=dh is not None)
     elif early:
-        early_._norm_backward_tiles_early_kernel[(programs,)](
-            *args, IS_RMS=rms, HAS_WEIGHT=weight is not None, HAS_BIAS=db is not None, ATOMIC=atomic,
-            ACC=tiles_.TL_DTYPES[tiles_.accumulator(x.dtype)], FINE=tiles_.fine(x.dtype, grad_dtypes),
-            BLOCK_M=block_m, BLOCK_N=block, num_warps=config["num_warps"], num_stages=config["num_stages"],
-            enable_fp_fusion=False,
-        )
+        early_._norm_backward_tiles_early_kernel[(programs,)](*args, **common, **tile)
     elif tiles:
-        tiles_._norm_backward_tiles_kernel[(programs,)](
-            *args, ACC=tiles_.TL_DTYPES[tiles_.accumulator(x.dtype)], FINE=tiles_.fine(x.dtype, grad_dtypes),
-            BLOCK_M=block_m, **meta,
-        )
+        tiles_._norm_backward_tiles_kernel[(programs,)](*args, **tile, **meta)
     else:
         _norm_backward_kernel[(programs,)](*args, **meta)
     if atomic:
