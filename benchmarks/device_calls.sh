@@ -2,7 +2,8 @@
 #
 #   BUDGET=560 SHIPPED_START=path/to/shipped-copy.sqlite; . benchmarks/device_calls.sh
 #   stage NAME SECS CMD...   run CMD under a SECS limit (never past BUDGET seconds from the start of the call);
-#                            stdout and stderr to /tmp/x/NAME.log; `at ...` means `python3 -m autotune ...`
+#                            stdout and stderr to /tmp/x/NAME.log; `at ...` means `python3 -m autotune ...`; then
+#                            `keep`
 #   search_missing KERNEL DTYPE SECS ARGS...
 #                            a stage searching KERNEL's presets in DTYPE that neither /tmp/x/shipped.sqlite nor
 #                            $AUTOTUNE_DB holds a current row for (benchmarks/missing_presets.py), with ARGS
@@ -10,6 +11,9 @@
 #                            keeps the studies it finished, and the next call's search_missing goes on from there
 #   ship KERNEL...           export this GPU's current-source rows of KERNEL from $AUTOTUNE_DB (/tmp/tuned.sqlite)
 #                            and merge them into /tmp/x/shipped.sqlite (a faster row replaces a slower one)
+#   keep                     copy $AUTOTUNE_DB (the rows the call's searches stored and verified) to $OUT/tuned.sqlite:
+#                            it comes back even if the device tool's limit cuts the call off before `pack` (the tool
+#                            returns what $OUT holds then); one file, of the 8 the tool brings back
 #   pack                     tar /tmp/x into $OUT/r.tgz: every log, the shipped copy, the exports; and Triton's
 #                            kernel cache (binaries and metadata, no intermediate IR) into $OUT/triton-cache.tgz
 #
@@ -20,7 +24,9 @@
 # /tmp/x and /tmp/tuned.sqlite outlive the call while the machine stays warm, so the next call's stages see them;
 # on a fresh machine /tmp/x/shipped.sqlite starts as SHIPPED_START (default: the package's shipped.sqlite), and the
 # call's log says so. A call cannot know whether it gets the warm machine: give every call script SHIPPED_START.
-# GPU: the name rows are stored under (default H100).
+# GPU: the name rows are stored under (default H100). CALL_T0: the call's start (date +%s) where the command did work
+# before sourcing this file (installs): BUDGET counts from it, so the device tool's limit is not overrun by what came
+# before.
 export AUTOTUNE_DB=${AUTOTUNE_DB:-/tmp/tuned.sqlite}
 GPU=${GPU:-H100}
 BUDGET=${BUDGET:-560}
@@ -34,7 +40,7 @@ if [ ! -f /tmp/x/shipped.sqlite ]; then  # a fresh machine: say which file the s
   cp "${SHIPPED_START:-autotune/db/shipped.sqlite}" /tmp/x/shipped.sqlite
   echo "fresh machine: /tmp/x/shipped.sqlite starts as ${SHIPPED_START:-autotune/db/shipped.sqlite}" | tee -a /tmp/x/calls.log
 fi
-T0=$(date +%s)
+T0=${CALL_T0:-$(date +%s)}
 echo "call start $(date -u +%FT%TZ); $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader)" | tee -a /tmp/x/calls.log
 python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__, 'cudnn', torch.backends.cudnn.version())" \
   | tee -a /tmp/x/calls.log
@@ -50,6 +56,13 @@ stage() {
   timeout -k 5 "$secs" "$@" > "/tmp/x/$name.log" 2>&1
   echo "== $name rc=$? $(( $(date +%s) - started ))s" | tee -a /tmp/x/calls.log
   tail -25 "/tmp/x/$name.log"
+  keep
+}
+
+keep() {
+  if [ -n "${OUT:-}" ] && [ -f "$AUTOTUNE_DB" ] && ! [ "$AUTOTUNE_DB" -ef "$OUT/tuned.sqlite" ]; then
+    cp "$AUTOTUNE_DB" "$OUT/tuned.sqlite"
+  fi
 }
 
 search_missing() {
@@ -68,6 +81,7 @@ ship() {
       && python3 -m autotune db merge "/tmp/x/export-$kernel.sqlite" --db /tmp/x/shipped.sqlite >> /tmp/x/ship.log 2>&1
     echo "ship $kernel rc=$?" | tee -a /tmp/x/calls.log
   done
+  keep
 }
 
 pack() {

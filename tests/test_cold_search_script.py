@@ -45,4 +45,6 @@ def test_a_cold_search_ignores_stored_rows_and_is_timed_against_the_best_known(t
     record = json.loads((tmp_path / "cold.json").read_text())
     assert record["known_config"] == known and record["known_database"].endswith("user.sqlite")
     assert record["evaluations"] == 3 and record["ratio"] > 0
+    # When its winner was first tried: after the start, before the search ended.
+    assert 0 < record["winner_found_s"] <= record["wall_s"]
     assert "known / cold" in (tmp_path / "cold.md").read_text()
