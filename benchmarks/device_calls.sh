@@ -10,7 +10,8 @@
 #                            (--trials, --warm-start, ...); nothing when none is missing. A call cut short by SECS
 #                            keeps the studies it finished, and the next call's search_missing goes on from there
 #   ship KERNEL...           export this GPU's current-source rows of KERNEL from $AUTOTUNE_DB (/tmp/tuned.sqlite)
-#                            and merge them into /tmp/x/shipped.sqlite (a faster row replaces a slower one)
+#                            and merge them into /tmp/x/shipped.sqlite (a faster row replaces a slower one); skipped
+#                            once BUDGET is spent (`autotune db export` / `db merge` of $OUT/tuned.sqlite do it later)
 #   keep                     copy $AUTOTUNE_DB (the rows the call's searches stored and verified) to $OUT/tuned.sqlite:
 #                            it comes back even if the device tool's limit cuts the call off before `pack` (the tool
 #                            returns what $OUT holds then); one file, of the 8 the tool brings back
@@ -76,6 +77,10 @@ search_missing() {
 ship() {
   local kernel
   for kernel in "$@"; do
+    if [ $(( BUDGET - ($(date +%s) - T0) )) -lt 15 ]; then  # $OUT/tuned.sqlite has the rows: ship them at home
+      echo "SKIP ship $kernel (budget spent)" | tee -a /tmp/x/calls.log
+      continue
+    fi
     rm -f "/tmp/x/export-$kernel.sqlite"
     python3 -m autotune db export --gpu "$GPU" -o "/tmp/x/export-$kernel.sqlite" --kernel "$kernel" --db "$AUTOTUNE_DB" >> /tmp/x/ship.log 2>&1 \
       && python3 -m autotune db merge "/tmp/x/export-$kernel.sqlite" --db /tmp/x/shipped.sqlite >> /tmp/x/ship.log 2>&1
