@@ -57,6 +57,17 @@ print(hopper_forward.supported(q, q, q))
         ({"NUM_CONSUMERS": 1}, 128, "PINGPONG takes turns between two consumers"),
         ({"CONSUMER_REGISTERS": 232}, 128, "leaves the first consumer 224 registers; choose one of [192, 216, 240]"),
         ({"BLOCK_N": 256, "NUM_STAGES": 2}, 128, "the tiles take 295936 bytes of shared memory"),
+        # ptxas: "Insufficient registers (128) ... register target of 154 or higher", at both head dims
+        (
+            {"BLOCK_N": 256, "NUM_STAGES": 1, "NUM_CONSUMERS": 1, "PINGPONG": False, "CONSUMER_REGISTERS": 232},
+            64,
+            "BLOCK_N=256 with one consumer: its S tile needs more registers than the 128 a thread is launched with",
+        ),
+        (
+            {"BLOCK_N": 256, "NUM_STAGES": 1, "NUM_CONSUMERS": 1, "PINGPONG": False, "CONSUMER_REGISTERS": 232},
+            128,
+            "BLOCK_N=256 with one consumer",
+        ),
     ],
 )
 def test_a_config_that_cannot_run_is_refused_by_name(change, head_dim, reason):

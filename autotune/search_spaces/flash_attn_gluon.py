@@ -30,6 +30,8 @@ SHARED_MEMORY_BYTES = 227 * 1024
 """Shared memory one H100 program may opt into."""
 BARRIER_BYTES = 1024
 """Shared memory kept for the mbarriers and alignment, beyond the tiles."""
+ONE_CONSUMER_MAX_BLOCK_N = 128
+"""The widest key block one consumer compiles with (`config_problem`)."""
 LOADER_REGISTERS = 24
 """Registers a thread of the TMA warp keeps (the least setmaxnreg allows); the consumers get the rest."""
 CHOICES = {
@@ -107,6 +109,13 @@ def config_problem(config: dict, head_dim: int) -> str | None:
     why = register_split_problem(consumers, config["CONSUMER_REGISTERS"], CHOICES["CONSUMER_REGISTERS"])
     if why is not None:
         return why
+    if consumers == 1 and config["BLOCK_N"] > ONE_CONSUMER_MAX_BLOCK_N:
+        # ptxas refuses it (C7602) at head dims 64 and 128: a 64 x 256 float32 S tile is 128 registers a thread on its
+        # own, and the launch gives 128 (register_split), of which the wgmma needs 154.
+        return (
+            f"BLOCK_N={config['BLOCK_N']} with one consumer: its S tile needs more registers than the "
+            f"{register_split(1, config['CONSUMER_REGISTERS'])[0]} a thread is launched with"
+        )
     used = shared_memory_bytes(config, head_dim)
     if used > SHARED_MEMORY_BYTES:
         return f"the tiles take {used} bytes of shared memory, over the {SHARED_MEMORY_BYTES} a program may use"
