@@ -1,5 +1,6 @@
 """What the end-to-end benchmarks share (e2e_decoder_layer.py, e2e_unet_block.py): timing the variants of one model
-in one process, a per-op breakdown from torch.profiler, the goals table and the Markdown + JSON report.
+in one process, a per-op breakdown from torch.profiler (the GPU's kernel time, and on a GPU the time it waits for the
+host between kernels), the goals table and the Markdown + JSON report.
 
 Timing: `autotune.measure.bench.time_balanced`, the measurement of `autotune bench`: each variant runs once
 (compiling), then all are timed by do_bench (CUDA events, L2 cleared before each call) in order and again in
@@ -97,6 +98,74 @@ def breakdown(step: Callable[[], object], steps: int) -> list[dict]:
     return rows
 
 
+def waits_by_launcher(kernels: list[tuple[float, float, str]], steps: int, top: int = TOP_OPS) -> dict:
+    """Where a step leaves the GPU idle, from its kernels' (start us, end us, the op that launched it) over `steps`
+    profiled steps: per step, the span from the first kernel's start to the last one's end, the time some kernel ran
+    (overlapping kernels counted once), and the idle time before each kernel summed by its launcher (the launch
+    the GPU was waiting for: the host's time where the step is bound by it), largest first, the rest in one line."""
+    kernels = sorted(kernels)
+    busy = idle = 0.0
+    by_launcher: dict[str, float] = {}
+    end = kernels[0][0] if kernels else 0.0
+    for start, stop, launcher in kernels:
+        if start > end:
+            idle += start - end
+            by_launcher[launcher] = by_launcher.get(launcher, 0.0) + start - end
+        busy += max(0.0, stop - max(start, end))
+        end = max(end, stop)
+    span = end - kernels[0][0] if kernels else 0.0
+    ranked = sorted(by_launcher.items(), key=lambda item: -item[1])
+    rows = [{"launcher": name, "ms": us / 1000 / steps, "share": us / idle} for name, us in ranked[:top]]
+    if ranked[top:]:
+        rest = sum(us for _, us in ranked[top:])
+        rows.append(
+            {"launcher": f"({len(ranked) - top} other launchers)", "ms": rest / 1000 / steps, "share": rest / idle}
+        )
+    return {
+        "span_ms": span / 1000 / steps,
+        "busy_ms": busy / 1000 / steps,
+        "idle_ms": idle / 1000 / steps,
+        "rows": rows,
+    }
+
+
+def waits(step: Callable[[], object], steps: int) -> dict | None:
+    """`waits_by_launcher` of `steps` profiled steps on the GPU (None elsewhere: the interpreter launches nothing
+    there). A kernel's launcher is the op its launch ran under: the outermost op of its thread (an autograd node on
+    the backward's thread), then the innermost, as `outer > inner`."""
+    if gpu.device().type != "cuda":
+        return None
+    step()
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        for _ in range(steps):
+            step()
+        torch.cuda.synchronize()
+    events = prof.profiler.kineto_results.events()
+    cpu = torch.autograd.DeviceType.CPU
+    ops = [e for e in events if e.device_type() == cpu and not e.name().startswith("cu")]  # not the runtime's calls
+    by_id = {op.correlation_id(): op for op in ops}
+    by_thread: dict[int, list] = {}
+    for op in ops:
+        by_thread.setdefault(op.start_thread_id(), []).append(op)
+
+    def launcher(kernel) -> str:
+        op = by_id.get(kernel.linked_correlation_id())
+        if op is None:
+            return "(no op recorded)"
+        around = [
+            e for e in by_thread[op.start_thread_id()] if e.start_ns() <= op.start_ns() and e.end_ns() >= op.end_ns()
+        ]
+        outer = min(around, key=lambda e: e.start_ns()).name()
+        return outer if outer == op.name() else f"{outer} > {op.name()}"
+
+    kernels = [
+        (e.start_ns() / 1000, e.end_ns() / 1000, launcher(e))
+        for e in events
+        if e.device_type() == torch.autograd.DeviceType.CUDA and e.duration_ns() > 0
+    ]
+    return waits_by_launcher(kernels, steps)
+
+
 def time_variants(steps: dict[str, Callable[[], object]], graphs: bool) -> dict[str, dict]:
     """{variant: {"ms", "graph_ms"} or {"error"}}, timed in one process as `time_balanced` does."""
     timed = bench.time_balanced(steps, graphs and gpu.device().type == "cuda")
@@ -159,6 +228,7 @@ def markdown(
     calls_text: str,
     breakdowns: dict[str, list[dict]],
     notes: list[str],
+    waits: dict[str, dict | None] | None = None,
 ) -> str:
     lines = [f"# {title}", "", environment.probe_header(env, *setup), ""]
     if env.get("interpreter"):
@@ -226,6 +296,24 @@ def markdown(
             ),
             "",
         ]
+    for name, w in (waits or {}).items():
+        if w is None:
+            continue
+        lines += [
+            f"## Where the GPU waits: {name}",
+            "",
+            f"Per step: kernels span {w['span_ms']:.4g} ms, run {w['busy_ms']:.4g} ms, the GPU idle "
+            f"{w['idle_ms']:.4g} ms between them; the idle time before each kernel, by the op that launched it (the "
+            "launch it waited for):",
+            "",
+            tabulate(
+                [(r["launcher"], r["ms"], 100 * r["share"]) for r in w["rows"]],
+                headers=("launched by", "idle ms", "%"),
+                tablefmt="github",
+                floatfmt=".4g",
+            ),
+            "",
+        ]
     if notes:
         lines += ["## Notes", "", *[f"- {n}" for n in notes], ""]
     return "\n".join(lines)
@@ -241,6 +329,7 @@ def data(
     patch_report,
     breakdowns: dict,
     notes: list[str],
+    waits: dict | None = None,
 ) -> dict:
     """Everything the report shows, for OUT.json."""
     decisions = [
@@ -258,6 +347,7 @@ def data(
         "decisions": decisions,
         "fallbacks": [{"call": k, "why": w, "calls": n} for (k, w), n in autotune.nn.fallbacks().items()],
         "breakdowns": breakdowns,
+        "waits": waits or {},
         "notes": notes,
     }
 

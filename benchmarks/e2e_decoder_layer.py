@@ -249,6 +249,7 @@ def main() -> None:
     differences = common.differences({name: forward(layers[name], x, kwargs) for name in names}, "eager")
     times = common.time_variants(steps, args.graphs)
     breakdowns = {name: common.breakdown(steps[name], args.profile_steps) for name in names} if args.breakdown else {}
+    waits = {name: common.waits(steps[name], args.profile_steps) for name in names} if args.breakdown else {}
     goals = common.goals_table(times, GOALS)
     env = environment.environment()
     setup = [
@@ -270,9 +271,12 @@ def main() -> None:
         patch_report.calls(),
         breakdowns,
         notes,
+        waits,
     )
     common.save(
-        args.out, common.data(env, args, times, goals, kernels, differences, patch_report, breakdowns, notes), text
+        args.out,
+        common.data(env, args, times, goals, kernels, differences, patch_report, breakdowns, notes, waits),
+        text,
     )
 
 

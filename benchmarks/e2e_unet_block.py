@@ -200,6 +200,7 @@ def main() -> None:
     differences = common.differences(steps, "eager")
     times = common.time_variants(steps, args.graphs)
     breakdowns = {name: common.breakdown(steps[name], args.profile_steps) for name in names} if args.breakdown else {}
+    waits = {name: common.waits(steps[name], args.profile_steps) for name in names} if args.breakdown else {}
     goals = common.goals_table(times, GOALS)
     env = environment.environment()
     setup = [
@@ -222,9 +223,10 @@ def main() -> None:
         patch_report.calls(),
         breakdowns,
         [],
+        waits,
     )
     common.save(
-        args.out, common.data(env, args, times, goals, kernels, differences, patch_report, breakdowns, []), text
+        args.out, common.data(env, args, times, goals, kernels, differences, patch_report, breakdowns, [], waits), text
     )
 
 
