@@ -61,17 +61,22 @@ def launched(step: Callable[[], object]) -> list[str]:
     return list(seen)
 
 
-def breakdown(step: Callable[[], object], steps: int) -> list[dict]:
-    """Where one step's time goes: the GPU kernels (on a GPU) or the ops' own CPU time (under the interpreter) of
-    `steps` profiled steps, per step, largest first, the rest summed."""
-    on_gpu = gpu.device().type == "cuda"
-    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if on_gpu else [])
+def _profiled(step: Callable[[], object], steps: int, on_gpu: bool) -> profile:
+    """torch.profiler over `steps` steps after one unprofiled step; the GPU's activity too where on_gpu."""
     step()
-    with profile(activities=activities) as prof:
+    with profile(activities=[ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if on_gpu else [])) as prof:
         for _ in range(steps):
             step()
         if on_gpu:
             torch.cuda.synchronize()
+    return prof
+
+
+def breakdown(step: Callable[[], object], steps: int) -> list[dict]:
+    """Where one step's time goes: the GPU kernels (on a GPU) or the ops' own CPU time (under the interpreter) of
+    `steps` profiled steps, per step, largest first, the rest summed."""
+    on_gpu = gpu.device().type == "cuda"
+    prof = _profiled(step, steps, on_gpu)
     events = []
     for event in prof.key_averages():
         if on_gpu:
@@ -135,12 +140,7 @@ def waits(step: Callable[[], object], steps: int) -> dict | None:
     the backward's thread), then the innermost, as `outer > inner`."""
     if gpu.device().type != "cuda":
         return None
-    step()
-    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
-        for _ in range(steps):
-            step()
-        torch.cuda.synchronize()
-    events = prof.profiler.kineto_results.events()
+    events = _profiled(step, steps, on_gpu=True).profiler.kineto_results.events()
     cpu = torch.autograd.DeviceType.CPU
     ops = [e for e in events if e.device_type() == cpu and not e.name().startswith("cu")]  # not the runtime's calls
     by_id = {op.correlation_id(): op for op in ops}
