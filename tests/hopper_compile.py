@@ -68,6 +68,7 @@ VARIANT_CONFIGS = {
     ),
     "split": ("group_norm", {"variant": "split", "BLOCK": 16, "SPLIT": 2, "num_warps": 1, "num_stages": 1}),
     "cached": ("group_norm", {"variant": "cached", "BLOCK": 16, "SPLIT": 1, "num_warps": 1, "num_stages": 2}),
+    "onepass": ("group_norm", {"variant": "onepass", "BLOCK": 64, "SPLIT": 1, "num_warps": 1, "num_stages": 1}),
     "tiles": (
         "layer_norm_backward",
         {

@@ -80,6 +80,15 @@ CASES = {
             problem([2, 4, 1, 2, 7], 1, "channels_last", "none", "bias", magnitude=1e4, eps=1e-2),
         ],
     ),
+    "onepass": (
+        config(variant="onepass", BLOCK=64, num_warps=1, num_stages=1),
+        [
+            problem([2, 8, 3, 5], 2, "channels_last", "mish", values="constant", scale=30.0),
+            problem([1, 6, 13], 2, "contiguous", "silu", "none", "offset"),
+            problem([2, 4, 1, 2, 7], 1, "channels_last", "none", "bias", magnitude=1e4, eps=1e-2),
+            problem([1, 8, 3, 5], 2, "permuted", "silu", "weight", "offset"),
+        ],
+    ),
     "looped": (
         config(variant="looped", BLOCK=16, num_warps=1, num_stages=2),
         [
@@ -262,11 +271,14 @@ def test_bad_arguments_fail_before_any_launch(call, error, message):
     assert launches == []
 
 
-def test_single_takes_the_whole_group_and_the_others_tile_it():
+def test_single_and_onepass_take_the_whole_group_and_the_others_tile_it():
     p = problem([2, 12, 5, 3], 4)  # groups of 3 channels x 15 positions: a 4 x 16 tile
     assert SPACE.rejects(config(variant="single", BLOCK=64, num_warps=2, num_stages=1), p) is None
     assert "single needs BLOCK == 64" in SPACE.rejects(config(variant="single", BLOCK=128, num_stages=1), p)
     assert "no loop to pipeline" in SPACE.rejects(config(variant="single", BLOCK=64, num_warps=2), p)
+    assert SPACE.rejects(config(variant="onepass", BLOCK=64, num_warps=2, num_stages=1), p) is None
+    assert "onepass needs BLOCK == 64" in SPACE.rejects(config(variant="onepass", BLOCK=32, num_stages=1), p)
+    assert "no loop to pipeline" in SPACE.rejects(config(variant="onepass", BLOCK=64, num_warps=2), p)
     assert "holds the whole group" in SPACE.rejects(config(BLOCK=64, num_warps=1), p)
     assert SPACE.rejects(config(BLOCK=32, num_warps=1), p) is None
     assert "SPLIT must be 1" in SPACE.rejects(config(BLOCK=32, SPLIT=2, num_warps=1), p)
@@ -396,7 +408,7 @@ def test_the_gate_catches_an_unwritten_group():
     assert failed.failure is not None and "unwritten" in failed.failure.reason
 
 
-@pytest.mark.parametrize("variant", ["single", "looped", "split"])
+@pytest.mark.parametrize("variant", ["single", "onepass", "looped", "split"])
 def test_the_saved_mean_of_zero_mean_groups_keeps_float64_precision(variant):
     # Judged relative to its own small size, the mean of zero-mean data is where float32 sums fail the
     # gate on an H100 (a few 1e-8 off; 7e-6 relative here): the sums that give it are float64, even for
@@ -404,7 +416,7 @@ def test_the_saved_mean_of_zero_mean_groups_keeps_float64_precision(variant):
     x = torch.randn(2, 8, 64, 64, generator=torch.Generator().manual_seed(0)).to(torch.bfloat16)
     y = torch.empty_like(x)
     mean, rstd = torch.empty(2, 2, dtype=torch.float64), torch.empty(2, 2)
-    block = {"single": 16384, "looped": 1024, "split": 1024}[variant]
+    block = {"single": 16384, "onepass": 16384, "looped": 1024, "split": 1024}[variant]
     cfg = config(variant=variant, BLOCK=block, SPLIT=4 if variant == "split" else 1, num_warps=4, num_stages=1)
     _launch(x, y, None, None, mean, rstd, 2, 1e-5, "none", cfg)
     exact = x.double().reshape(2, 2, -1).mean(-1)

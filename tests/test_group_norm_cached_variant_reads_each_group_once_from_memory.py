@@ -77,7 +77,7 @@ def test_cached_only_where_a_group_is_tiled_and_fits_its_share_of_l2():
     split = SPACE.with_overrides(variant="cached", BLOCK=16384, SPLIT=2, num_warps=16)
     assert "SPLIT must be 1" in SPACE.rejects(split, goal)
     # One read in registers stays offered too, and the two-pass kernels.
-    assert {c["variant"] for c in SPACE.grid_for(goal)} == {"single", "looped", "split", "cached"}
+    assert {c["variant"] for c in SPACE.grid_for(goal)} == {"single", "looped", "split", "cached", "onepass"}
 
 
 def test_a_search_draws_cached_for_the_forward_only():
@@ -87,6 +87,6 @@ def test_a_search_draws_cached_for_the_forward_only():
     for name, space in (("forward", SPACE), ("backward", BACKWARD_SPACE)):  # one study each, as a search runs
         study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=1))
         drawn[name] = [space.suggest(study.ask(), p) for _ in range(40)]
-    assert {c["variant"] for c in drawn["forward"]} == {"single", "looped", "split", "cached"}
+    assert {c["variant"] for c in drawn["forward"]} == {"single", "looped", "split", "cached", "onepass"}
     assert any(c["variant"] == "cached" and SPACE.rejects(c, p) is None for c in drawn["forward"])
     assert "cached" not in {c["variant"] for c in drawn["backward"]}

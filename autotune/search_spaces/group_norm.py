@@ -5,7 +5,8 @@ streamed twice by one program ("looped": a statistics pass, then a normalize pas
 across SPLIT programs that reduce partial statistics, then normalize ("split": for few groups and huge
 H*W, where one program per group leaves SMs idle). The backward uses the same three shapes. The forward
 also streams a group twice with its first pass kept in L2 for the second ("cached": one read from memory
-where a group is too large for one program's registers but the groups in flight fit L2).
+where a group is too large for one program's registers but the groups in flight fit L2), and holds a group
+whole in its own dtype with its statistics taken in one pass ("onepass": single's shape in fewer registers).
 
 Programs work on a [BLOCK_C, BLOCK_HW] tile of BLOCK elements; `tile_shape` picks it from BLOCK, the
 group's channel count and spatial size (each rounded up to a power of two) and the memory layout.
@@ -33,9 +34,13 @@ MAX_CACHED_GROUP = 131072
 """Largest group (elements, padded to powers of two) "cached" keeps in L2 between its passes: one such group in
 flight per SM of an H100 (132) is 35 MB of float16 in its 50 MB L2."""
 FIRST_VARIANTS = ("single", "looped", "split")
-"""The variants of both directions; the forward's space gained "cached" since (its spec `extends` the space
-without it)."""
-FORWARD_VARIANTS = (*FIRST_VARIANTS, "cached")
+"""The variants of both directions; the forward's space gained "cached" and then "onepass" since (its spec
+`extends` the spaces without them)."""
+CACHED_VARIANTS = (*FIRST_VARIANTS, "cached")
+"""The forward's variants before "onepass"."""
+FORWARD_VARIANTS = (*CACHED_VARIANTS, "onepass")
+WHOLE_GROUP_VARIANTS = ("single", "onepass")
+"""The variants whose one program holds a whole group in one tile: their block follows from the group."""
 
 DEFAULT: Config = {"variant": "looped", "BLOCK": 1024, "SPLIT": 1, "num_warps": 4, "num_stages": 2}
 """The fallback: looped covers a group of any size, so it runs (and is right) on every problem."""
@@ -96,9 +101,9 @@ def _split_matches_variant(c: Config, p: Problem) -> str | None:
 
 def _block_fits_variant(c: Config, p: Problem) -> str | None:
     whole = group_block(p)
-    if c["variant"] == "single" and c["BLOCK"] != whole:
+    if c["variant"] in WHOLE_GROUP_VARIANTS and c["BLOCK"] != whole:
         # Smaller cannot hold the group; larger only adds masked lanes.
-        return f"single needs BLOCK == {whole} (channels x positions, each rounded up to a power of two)"
+        return f"{c['variant']} needs BLOCK == {whole} (channels x positions, each rounded up to a power of two)"
     if c["variant"] == "looped" and c["BLOCK"] >= whole and not _is_default(c):
         # One tile per group: looped reads it twice where single reads it once. The default is exempt
         # because the runtime falls back to it on every problem; it is right there, only slower.
@@ -124,8 +129,8 @@ def _cached_tiles_a_group_that_fits_l2(c: Config, p: Problem) -> str | None:
 
 
 def _single_has_no_loop(c: Config, p: Problem) -> str | None:
-    if c["variant"] == "single" and c["num_stages"] != 1:
-        return "single has no loop to pipeline: num_stages must be 1"
+    if c["variant"] in WHOLE_GROUP_VARIANTS and c["num_stages"] != 1:
+        return f"{c['variant']} has no loop to pipeline: num_stages must be 1"
     return None
 
 
@@ -146,10 +151,11 @@ def _no_idle_warps(c: Config, p: Problem) -> str | None:
 
 
 def _suggest(trial, problem: Problem, variants: tuple[str, ...] = FORWARD_VARIANTS) -> Config:
-    """Variant first; single's block and stages follow from the group, so only the others draw them."""
+    """Variant first; a whole-group variant's block and stages follow from the group, so only the others draw
+    them."""
     variant = trial.suggest_categorical("variant", list(variants))
     warps = trial.suggest_categorical("num_warps", list(WARPS))
-    if variant == "single":
+    if variant in WHOLE_GROUP_VARIANTS:
         # A group past the largest block gets the largest, which the constraints then reject.
         block = min(group_block(problem), MAX_BLOCK)
         return {"variant": variant, "BLOCK": block, "SPLIT": 1, "num_warps": warps, "num_stages": 1}

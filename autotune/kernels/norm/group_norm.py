@@ -1,6 +1,6 @@
 """group_norm: torch.nn.functional.group_norm with a fused activation (silu, mish), any layout, with
 tuned forward and backward kernels; a torch custom op, so torch.compile(fullgraph=True) keeps it whole.
-The forward's "cached" variant is `group_norm_cached`'s kernel."""
+The forward's "cached" variant is `group_norm_cached`'s kernel, its "onepass" variant `group_norm_onepass`'s."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from autotune.kernels.common import second_order as _second_order
 from autotune.kernels.common.grid import cdiv
 from autotune.kernels.norm import group_norm_backward  # also registers the backward op
 from autotune.kernels.norm import group_norm_cached as cached_
+from autotune.kernels.norm import group_norm_onepass as onepass_
 from autotune.kernels.norm.checks import group_norm_arguments
 from autotune.kernels.norm.group_moments import STAT, _chan_combine, _finish, _tile_moments
 from autotune.kernels.norm.group_norm_common import (
@@ -39,7 +40,14 @@ from autotune.kernels.norm.group_norm_common import (
     spatial_size,
 )
 from autotune.kernels.norm.reference import group_norm_gradients
-from autotune.search_spaces.group_norm import FIRST_VARIANTS, SPACE, bucket, bucket_distance, tile_shape
+from autotune.search_spaces.group_norm import (
+    CACHED_VARIANTS,
+    FIRST_VARIANTS,
+    SPACE,
+    bucket,
+    bucket_distance,
+    tile_shape,
+)
 from autotune.space import next_pow2
 from autotune.spec import EarlierSpace, Inputs, KernelSpec
 
@@ -201,7 +209,7 @@ def _launcher(x, y, groups: int, activation: str, has_weight: bool, has_bias: bo
     meta = dict(HAS_W=has_weight, HAS_B=has_bias, ACTIVATION=ACTIVATIONS[activation], ACC=accumulator(x.dtype),
                 BLOCK_C=block_c, BLOCK_HW=block_hw, num_warps=config["num_warps"], num_stages=config["num_stages"])
     whole_group = {"single": _group_norm_single_kernel, "looped": _group_norm_looped_kernel,
-                   "cached": cached_._group_norm_cached_kernel}
+                   "cached": cached_._group_norm_cached_kernel, "onepass": onepass_._group_norm_onepass_kernel}
     if config["variant"] in whole_group:
         kernel = whole_group[config["variant"]][(rows,)]
 
@@ -284,9 +292,12 @@ SPEC = KernelSpec(
     presets=PRESETS,
     interpreter_presets=INTERPRETER_PRESETS,
     parse_shape=parse_shape,
-    sources=(*FIRST_SOURCES, *cached_.SOURCES),
-    # The rows tuned before the cached kernel: the first three variants' kernels alone.
-    extends=(EarlierSpace.before(SPACE, FIRST_SOURCES, variant=FIRST_VARIANTS),),
+    sources=(*FIRST_SOURCES, *cached_.SOURCES, *onepass_.SOURCES),
+    # The rows tuned before the cached kernel (the first three variants' kernels alone), then before the onepass one.
+    extends=(
+        EarlierSpace.before(SPACE, FIRST_SOURCES, variant=FIRST_VARIANTS),
+        EarlierSpace.before(SPACE, (*FIRST_SOURCES, *cached_.SOURCES), variant=CACHED_VARIANTS),
+    ),
     description="group_norm with a fused activation (F.group_norm + F.silu / F.mish); outputs y, mean, rstd",
     bucket_edges=bucket_edges,
     public=lambda inputs: group_norm(inputs["x"], inputs["groups"], inputs["weight"], inputs["bias"],
