@@ -12,6 +12,7 @@ from autotune import runtime
 from autotune.kernels.common import checks as _checks
 from autotune.kernels.common import second_order as _second_order
 from autotune.kernels.common.grid import cdiv
+from autotune.kernels.common.launch import Prebound
 from autotune.kernels.norm import group_norm_backward  # also registers the backward op
 from autotune.kernels.norm import group_norm_cached as cached_
 from autotune.kernels.norm import group_norm_onepass as onepass_
@@ -211,7 +212,7 @@ def _launcher(x, y, groups: int, activation: str, has_weight: bool, has_bias: bo
     whole_group = {"single": _group_norm_single_kernel, "looped": _group_norm_looped_kernel,
                    "cached": cached_._group_norm_cached_kernel, "onepass": onepass_._group_norm_onepass_kernel}
     if config["variant"] in whole_group:
-        kernel = whole_group[config["variant"]][(rows,)]
+        kernel = Prebound(whole_group[config["variant"]], (rows,))
 
         def launch(x, y, weight, bias, mean, rstd, eps):
             # Absent parameters are never read; x stands in as a valid pointer.

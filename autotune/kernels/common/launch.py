@@ -1,0 +1,108 @@
+"""A call site's launches of one Triton kernel with its arguments bound once (`Prebound`): Triton's
+`kernel[grid](...)` binds and specializes every argument on every call (`JITFunction.run`: 8.7-10.3 us a launch of
+group_norm's looped kernel on a 2-core CPU, with a stand-in driver; the H100 machine's host runs such Python about
+five times slower), where the compiled kernel's own launcher needs only the arguments in order (4.9 us a launch
+through `Prebound`, its checks and the launch metadata and hooks Triton passes included). A later call goes
+straight to the launcher where everything the binder specialized on is as it was: each
+tensor's dtype and 16-byte alignment, every other positional argument but floats equal, the keyword (constexpr and
+option) arguments equal, the same device, no pre-run hooks; anything else goes through `kernel[grid](...)` and is
+bound again.
+
+Off unless AUTOTUNE_PREBOUND=1, and only with Triton 3.6 compiling for a GPU: the arguments it hands the launcher
+are checked against `JITFunction.run`'s with a stand-in driver
+(tests/test_prebound_launch_hands_the_launcher_what_triton_does.py); its GPU timing and outputs are not measured yet.
+Used by group_norm's forward kernels that run one program per group."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+import triton
+
+from autotune import gpu
+
+VERSIONS = ("3.6.",)
+"""Triton versions whose JITFunction.run the launch path mirrors (launcher arguments, binder layout)."""
+
+
+def enabled() -> bool:
+    """Whether call sites bind once: AUTOTUNE_PREBOUND=1, a Triton of VERSIONS, not the interpreter."""
+    return (
+        os.environ.get("AUTOTUNE_PREBOUND") == "1"
+        and triton.__version__.startswith(VERSIONS)
+        and not gpu.interpreter_active()
+    )
+
+
+def _guard(args: Sequence[Any]) -> tuple:
+    """What the binder specializes a call's positional arguments on, as far as a later call must match it."""
+    key = []
+    for a in args:
+        if isinstance(a, torch.Tensor):
+            key.append((a.dtype, a.data_ptr() % 16 == 0))
+        elif isinstance(a, float):
+            key.append(float)
+        else:
+            key.append(a)
+    return tuple(key)
+
+
+class Prebound:
+    """kernel[grid](*args, **kwargs) at one call site, later calls launched with the bound arguments (see above).
+    Runtime arguments go positionally, constexprs and options (num_warps, num_stages) by keyword."""
+
+    def __init__(self, kernel: Any, grid: tuple[int, ...]):
+        self.kernel = kernel
+        self.grid = tuple(grid)
+        self._grid3 = (*self.grid, *(1,) * (3 - len(self.grid)))
+        self._bound: tuple | None = None  # (guard, kwargs, device, compiled, tail of constexpr values)
+        self._on = enabled()
+
+    def __call__(self, *args: Any, **kwargs: Any) -> None:
+        bound = self._bound
+        if bound is not None and not self.kernel.pre_run_hooks:
+            guard, bound_kwargs, device, compiled, tail = bound
+            from triton import knobs
+            from triton.runtime import driver
+
+            if kwargs == bound_kwargs and driver.active.get_current_device() == device and _guard(args) == guard:
+                values = (*args, *tail)
+                stream = driver.active.get_current_stream(device)
+                g0, g1, g2 = self._grid3
+                compiled.run(
+                    g0,
+                    g1,
+                    g2,
+                    stream,
+                    compiled.function,
+                    compiled.packed_metadata,
+                    compiled.launch_metadata(self.grid, stream, *values),
+                    knobs.runtime.launch_enter_hook,
+                    knobs.runtime.launch_exit_hook,
+                    *values,
+                )
+                return
+        compiled = self.kernel[self.grid](*args, **kwargs)
+        if self._on:
+            self._bind(compiled, args, kwargs)
+
+    def _bind(self, compiled: Any, args: Sequence[Any], kwargs: dict[str, Any]) -> None:
+        """Keep what a later call needs, where this call site's arguments fit the launch path (else never bind)."""
+        from triton.runtime import driver
+
+        if hasattr(compiled, "result"):
+            compiled = compiled.result()
+        params = self.kernel.params
+        if compiled is None or len(args) > len(params) or any(p.is_constexpr for p in params[: len(args)]):
+            return
+        if any(not p.is_constexpr for p in params[len(args) :]):
+            return  # a runtime argument by keyword: its order in the launch is not the call's
+        device = driver.active.get_current_device()
+        bound_args, _, _ = self.kernel.device_caches[device][4](*args, **kwargs)
+        values = list(bound_args.values())
+        if len(values) != len(params) or any(v is not a for v, a in zip(values, args)):
+            return
+        self._bound = (_guard(args), dict(kwargs), device, compiled, tuple(values[len(args) :]))

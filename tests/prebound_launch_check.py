@@ -1,0 +1,124 @@
+"""With the GPU's Triton and the stand-in Hopper driver (tests/hopper_compile.py), its launcher replaced by one that
+records what it is handed: a `Prebound` launch hands the compiled kernel's launcher what `kernel[grid](...)` hands
+it, and goes back through `kernel[grid](...)` wherever Triton's binder would specialize the call differently. One
+JSON line per case after the header:  python tests/prebound_launch_check.py TRITON_DIR"""
+
+import json
+import os
+import time
+
+import hopper_compile
+
+LAUNCHES: list[tuple] = []
+hopper_compile.CompileOnlyHopperDriver.launcher_cls = lambda self, src, metadata: lambda *args: LAUNCHES.append(args)
+LAUNCH_METADATA = 6  # the launcher's arguments: grid x3, stream, function, packed metadata, launch metadata, ...
+
+
+def same_launch(a: tuple, b: tuple) -> bool:
+    """The same arguments (the same objects, or equal), the launch metadata a fresh object of the same type."""
+    return len(a) == len(b) and all(
+        type(x) is type(y) if i == LAUNCH_METADATA else (x is y or x == y) for i, (x, y) in enumerate(zip(a, b))
+    )
+
+
+def check() -> None:
+    import torch
+
+    os.environ["AUTOTUNE_PREBOUND"] = "1"
+    from autotune.kernels.common.launch import Prebound
+    from autotune.kernels.norm import group_norm as gn
+    from autotune.kernels.norm.group_norm_common import ACTIVATIONS, accumulator, flat_strides
+
+    kernel = gn._group_norm_looped_kernel
+    runs = []
+    through_triton = kernel.run
+    kernel.run = lambda *a, **k: runs.append(1) or through_triton(*a, **k)
+
+    def arguments(x, cg=10):
+        y = torch.empty_like(x)
+        w, b = torch.randn(x.shape[1], dtype=x.dtype), torch.randn(x.shape[1], dtype=x.dtype)
+        mean, rstd = torch.empty(x.shape[0], 32, dtype=torch.float64), torch.empty(x.shape[0], 32)
+        return (x, y, w, b, mean, rstd, 32, cg, 4096, 1e-5, *flat_strides(x), *flat_strides(y))
+
+    meta = dict(
+        HAS_W=True,
+        HAS_B=True,
+        ACTIVATION=ACTIVATIONS["silu"],
+        ACC=accumulator(torch.float16),
+        BLOCK_C=1,
+        BLOCK_HW=1024,
+        num_warps=4,
+        num_stages=2,
+    )
+    x = torch.randn(2, 320, 64, 64, dtype=torch.float16)
+
+    def case(name, ok, **detail):
+        print(json.dumps({"case": name, "ok": bool(ok), **detail}), flush=True)
+
+    launch = Prebound(kernel, (64,))
+    launch(*arguments(x), **meta)  # through Triton: compiles, binds
+    second = arguments(x)
+    before = len(runs)
+    launch(*second[:9], 2e-5, *second[10:], **meta)  # new tensors, another eps: floats are not specialized on
+    fast, fast_runs = LAUNCHES[-1], len(runs) - before
+    kernel[(64,)](*second[:9], 2e-5, *second[10:], **meta)
+    case(
+        "a later call hands the launcher what Triton does, without Triton's binding",
+        fast_runs == 0 and same_launch(fast, LAUNCHES[-1]),
+        runs=fast_runs,
+        arguments=len(fast),
+    )
+
+    def per_call_us(fn, calls=2000):  # host time with the stand-in driver's launcher (which records, launches nothing)
+        for _ in range(20):
+            fn()
+        start = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        del LAUNCHES[:]
+        return round((time.perf_counter() - start) / calls * 1e6, 2)
+
+    timed = arguments(x)
+    case(
+        "host time per launch (us): through Triton, prebound",
+        True,
+        triton=per_call_us(lambda: through_triton(*timed, grid=(64,), warmup=False, **meta)),
+        prebound=per_call_us(lambda: launch(*timed, **meta)),
+    )
+
+    buffer = torch.randn(x.numel() + 8, dtype=x.dtype)
+    misaligned = buffer[1 : 1 + x.numel()].view(x.shape)  # 2 bytes past a 16-byte boundary
+    before = len(runs)
+    launch(*arguments(misaligned), **meta)
+    case("a tensor aligned otherwise goes through Triton", len(runs) - before == 1)
+    before = len(runs)
+    launch(*arguments(x, cg=16), **meta)
+    case("another integer goes through Triton", len(runs) - before == 1)
+    before = len(runs)
+    launch(*arguments(x, cg=16), **{**meta, "num_warps": 8})
+    case("another option goes through Triton", len(runs) - before == 1)
+
+    os.environ["AUTOTUNE_PREBOUND"] = "0"
+    off = Prebound(kernel, (64,))
+    before = len(runs)
+    off(*arguments(x), **meta)
+    off(*arguments(x), **meta)
+    case("off unless AUTOTUNE_PREBOUND=1: every call through Triton", len(runs) - before == 2)
+
+    os.environ["AUTOTUNE_PREBOUND"] = "1"
+    single = gn._group_norm_single_kernel
+    single_runs = []
+    single_through_triton = single.run
+    single.run = lambda *a, **k: single_runs.append(1) or single_through_triton(*a, **k)
+    config = {"variant": "single", "BLOCK": 16 * 4096, "SPLIT": 1, "num_warps": 32, "num_stages": 1}
+    small = torch.randn(2, 512, 64, 64, dtype=torch.float16)
+    planned = gn._launcher(small, torch.empty_like(small), 32, "silu", True, True, config)
+    w, b = torch.randn(512, dtype=small.dtype), torch.randn(512, dtype=small.dtype)
+    mean, rstd = torch.empty(2, 32, dtype=torch.float64), torch.empty(2, 32)
+    for _ in range(3):
+        planned(small, torch.empty_like(small), w, b, mean, rstd, 1e-5)
+    case("group_norm's planned launch binds once", len(single_runs) == 1, runs=len(single_runs))
+
+
+if __name__ == "__main__":
+    hopper_compile.compile_with_given_triton(__doc__.splitlines()[0], check)

@@ -1,0 +1,41 @@
+"""autotune.kernels.common.launch.Prebound, checked with the GPU's Triton and a stand-in driver that records what
+each launch hands the compiled kernel's launcher (tests/prebound_launch_check.py): a later call at a call site hands
+it what `kernel[grid](...)` would, without Triton's per-call binding; a call the binder would specialize differently
+(a tensor's alignment, an integer, an option) goes through Triton; it is off unless AUTOTUNE_PREBOUND=1; group_norm's
+planned launch binds once."""
+
+import pytest
+from gpu_triton import GPU_TRITON_VERSION, run_compile_script
+
+CASES = {
+    "a later call hands the launcher what Triton does, without Triton's binding",
+    "a tensor aligned otherwise goes through Triton",
+    "another integer goes through Triton",
+    "another option goes through Triton",
+    "off unless AUTOTUNE_PREBOUND=1: every call through Triton",
+    "group_norm's planned launch binds once",
+    "host time per launch (us): through Triton, prebound",
+}
+
+
+@pytest.fixture(scope="module")
+def checked(tmp_path_factory) -> tuple[dict, list[dict]]:
+    return run_compile_script(
+        "prebound_launch_check.py",
+        "a prebound launch hands the launcher what Triton does",
+        tmp_path_factory.mktemp("triton-cache"),
+        timeout=600,
+    )
+
+
+def test_it_ran_with_the_gpu_triton(checked):
+    header, _ = checked
+    assert header["triton"] == GPU_TRITON_VERSION
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_case(checked, case):
+    _, lines = checked
+    by_case = {line["case"]: line for line in lines}
+    assert set(by_case) == CASES
+    assert by_case[case]["ok"], by_case[case]
