@@ -46,7 +46,7 @@ def _guard(args: Sequence[Any]) -> tuple:
         elif isinstance(a, float):
             key.append(float)
         else:
-            key.append(a)
+            key.append((type(a), a))  # the type too: True == 1, but Triton types a bool i1 and an int i32
     return tuple(key)
 
 
