@@ -112,12 +112,28 @@ def check() -> None:
     single.run = lambda *a, **k: single_runs.append(1) or single_through_triton(*a, **k)
     config = {"variant": "single", "BLOCK": 16 * 4096, "SPLIT": 1, "num_warps": 32, "num_stages": 1}
     small = torch.randn(2, 512, 64, 64, dtype=torch.float16)
-    planned = gn._launcher(small, torch.empty_like(small), 32, "silu", True, True, config)
+    planned = gn._launcher(small, torch.empty_like(small), 32, "silu", True, True, config, prebound=True)  # as _plan
     w, b = torch.randn(512, dtype=small.dtype), torch.randn(512, dtype=small.dtype)
     mean, rstd = torch.empty(2, 32, dtype=torch.float64), torch.empty(2, 32)
     for _ in range(3):
         planned(small, torch.empty_like(small), w, b, mean, rstd, 1e-5)
     case("group_norm's planned launch binds once", len(single_runs) == 1, runs=len(single_runs))
+
+    from autotune.kernels.norm import layer_norm as ln
+
+    rows = torch.randn(64, 320, dtype=torch.float16)
+    config, planned, meta = ln._plan(False, rows.dtype, 64, 320, False, True, True)
+    rows_kernel = planned.kernel
+    rows_runs = []
+    rows_through_triton = rows_kernel.run
+    rows_kernel.run = lambda *a, **k: rows_runs.append(1) or rows_through_triton(*a, **k)
+    w, b = torch.randn(320, dtype=rows.dtype), torch.randn(320, dtype=rows.dtype)
+    for _ in range(3):
+        y, stats = torch.empty_like(rows), torch.empty(2 * 64 + 64)
+        planned(rows, rows, w, b, y, y, stats[:128], stats[128:], 64, 320, 320, 0, 320, 0, 1e-5, **meta)
+    case("layer_norm's planned launch binds once", len(rows_runs) == 1, runs=len(rows_runs))
+    unplanned = ln._launcher(config, False, False, True, True, 64)[0]
+    case("an unplanned launch goes through Triton", not isinstance(unplanned, Prebound))
 
 
 if __name__ == "__main__":

@@ -2,7 +2,7 @@
 each launch hands the compiled kernel's launcher (tests/prebound_launch_check.py): a later call at a call site hands
 it what `kernel[grid](...)` would, without Triton's per-call binding; a call the binder would specialize differently
 (a tensor's alignment, an integer, an option) goes through Triton; it is off unless AUTOTUNE_PREBOUND=1; group_norm's
-planned launch binds once."""
+and layer_norm's planned launches bind once, their unplanned ones go through Triton."""
 
 import pytest
 from gpu_triton import GPU_TRITON_VERSION, run_compile_script
@@ -14,6 +14,8 @@ CASES = {
     "another option goes through Triton",
     "off unless AUTOTUNE_PREBOUND=1: every call through Triton",
     "group_norm's planned launch binds once",
+    "layer_norm's planned launch binds once",
+    "an unplanned launch goes through Triton",
     "host time per launch (us): through Triton, prebound",
 }
 

@@ -11,7 +11,8 @@ bound again.
 Off unless AUTOTUNE_PREBOUND=1, and only with Triton 3.6 compiling for a GPU: the arguments it hands the launcher
 are checked against `JITFunction.run`'s with a stand-in driver
 (tests/test_prebound_launch_hands_the_launcher_what_triton_does.py); its GPU timing and outputs are not measured yet.
-Used by group_norm's forward kernels that run one program per group."""
+Used by the planned launches (kept per call shape) of group_norm's forward kernels that run one program per group
+and of layer_norm's and rms_norm's forward."""
 
 from __future__ import annotations
 

@@ -197,10 +197,12 @@ def _group_norm_split_normalize_kernel(
         tl.store(rstd_ptr + row, rstd.to(tl.float32))
 
 
-def _launcher(x, y, groups: int, activation: str, has_weight: bool, has_bias: bool, config: dict):
+def _launcher(x, y, groups: int, activation: str, has_weight: bool, has_bias: bool, config: dict,
+              prebound: bool = False):
     """A function (x, y, weight, bias, mean, rstd, eps) that launches config on tensors of the shape and
     strides of x and y (which must have flat_strides, numel > 0); mean is float64, rstd float32, both
-    (N, groups) contiguous. Everything the shapes decide is worked out here, once."""
+    (N, groups) contiguous. Everything the shapes decide is worked out here, once. prebound: a launcher kept
+    for later calls (a plan), whose kernel launches through `Prebound`."""
     n, c = x.shape[:2]
     hw, cg, rows = spatial_size(x), c // groups, n * groups
     strides = (*flat_strides(x), *flat_strides(y))
@@ -212,7 +214,8 @@ def _launcher(x, y, groups: int, activation: str, has_weight: bool, has_bias: bo
     whole_group = {"single": _group_norm_single_kernel, "looped": _group_norm_looped_kernel,
                    "cached": cached_._group_norm_cached_kernel, "onepass": onepass_._group_norm_onepass_kernel}
     if config["variant"] in whole_group:
-        kernel = Prebound(whole_group[config["variant"]], (rows,))
+        jit = whole_group[config["variant"]]
+        kernel = Prebound(jit, (rows,)) if prebound else jit[(rows,)]
 
         def launch(x, y, weight, bias, mean, rstd, eps):
             # Absent parameters are never read; x stands in as a valid pointer.
@@ -315,7 +318,7 @@ def _plan(x, y, groups: int, activation: str, has_weight: bool, has_bias: bool):
     config = lookup_config(_TUNED, x, groups, activation)
     if flat_strides(x) is None or flat_strides(y) is None:
         return False
-    return config, _launcher(x, y, groups, activation, has_weight, has_bias, config)
+    return config, _launcher(x, y, groups, activation, has_weight, has_bias, config, prebound=True)
 
 
 def _forward(x, weight, bias, groups: int, eps: float, activation: str):
