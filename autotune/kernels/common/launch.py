@@ -22,6 +22,8 @@ from typing import Any
 
 import torch
 import triton
+from triton import knobs
+from triton.runtime import driver
 
 from autotune import gpu
 
@@ -36,6 +38,12 @@ def enabled() -> bool:
         and triton.__version__.startswith(VERSIONS)
         and not gpu.interpreter_active()
     )
+
+
+def planned(kernel: Any, grid: tuple[int, ...]) -> Any:
+    """The launch a plan keeps for later calls of kernel on grid: `Prebound` where `enabled()`, else kernel[grid]
+    itself (nothing in front of Triton's launch)."""
+    return Prebound(kernel, grid) if enabled() else kernel[tuple(grid)]
 
 
 def _guard(args: Sequence[Any]) -> tuple:
@@ -58,6 +66,7 @@ class Prebound:
     def __init__(self, kernel: Any, grid: tuple[int, ...]):
         self.kernel = kernel
         self.grid = tuple(grid)
+        self._through_triton = kernel[self.grid]
         self._grid3 = (*self.grid, *(1,) * (3 - len(self.grid)))
         self._bound: tuple | None = None  # (guard, kwargs, device, compiled, tail of constexpr values)
         self._on = enabled()
@@ -66,9 +75,6 @@ class Prebound:
         bound = self._bound
         if bound is not None and not self.kernel.pre_run_hooks:
             guard, bound_kwargs, device, compiled, tail = bound
-            from triton import knobs
-            from triton.runtime import driver
-
             if kwargs == bound_kwargs and driver.active.get_current_device() == device and _guard(args) == guard:
                 values = (*args, *tail)
                 stream = driver.active.get_current_stream(device)
@@ -86,14 +92,12 @@ class Prebound:
                     *values,
                 )
                 return
-        compiled = self.kernel[self.grid](*args, **kwargs)
+        compiled = self._through_triton(*args, **kwargs)
         if self._on:
             self._bind(compiled, args, kwargs)
 
     def _bind(self, compiled: Any, args: Sequence[Any], kwargs: dict[str, Any]) -> None:
         """Keep what a later call needs, where this call site's arguments fit the launch path (else never bind)."""
-        from triton.runtime import driver
-
         if hasattr(compiled, "result"):
             compiled = compiled.result()
         params = self.kernel.params

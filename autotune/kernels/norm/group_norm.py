@@ -10,9 +10,9 @@ import triton.language as tl
 
 from autotune import runtime
 from autotune.kernels.common import checks as _checks
+from autotune.kernels.common import launch as launch_
 from autotune.kernels.common import second_order as _second_order
 from autotune.kernels.common.grid import cdiv
-from autotune.kernels.common.launch import Prebound
 from autotune.kernels.norm import group_norm_backward  # also registers the backward op
 from autotune.kernels.norm import group_norm_cached as cached_
 from autotune.kernels.norm import group_norm_onepass as onepass_
@@ -202,7 +202,7 @@ def _launcher(x, y, groups: int, activation: str, has_weight: bool, has_bias: bo
     """A function (x, y, weight, bias, mean, rstd, eps) that launches config on tensors of the shape and
     strides of x and y (which must have flat_strides, numel > 0); mean is float64, rstd float32, both
     (N, groups) contiguous. Everything the shapes decide is worked out here, once. prebound: a launcher kept
-    for later calls (a plan), whose kernel launches through `Prebound`."""
+    for later calls (a plan), launched as `launch.planned` says."""
     n, c = x.shape[:2]
     hw, cg, rows = spatial_size(x), c // groups, n * groups
     strides = (*flat_strides(x), *flat_strides(y))
@@ -215,7 +215,7 @@ def _launcher(x, y, groups: int, activation: str, has_weight: bool, has_bias: bo
                    "cached": cached_._group_norm_cached_kernel, "onepass": onepass_._group_norm_onepass_kernel}
     if config["variant"] in whole_group:
         jit = whole_group[config["variant"]]
-        kernel = Prebound(jit, (rows,)) if prebound else jit[(rows,)]
+        kernel = launch_.planned(jit, (rows,)) if prebound else jit[(rows,)]
 
         def launch(x, y, weight, bias, mean, rstd, eps):
             # Absent parameters are never read; x stands in as a valid pointer.

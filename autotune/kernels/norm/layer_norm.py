@@ -12,8 +12,8 @@ import triton.language as tl
 
 from autotune import runtime
 from autotune.kernels.common import checks as _checks
+from autotune.kernels.common import launch as launch_
 from autotune.kernels.common import second_order as _second_order
-from autotune.kernels.common.launch import Prebound
 from autotune.kernels.common.rounding import round_to
 from autotune.kernels.norm import checks as _norm_checks
 from autotune.kernels.norm import layer_norm_backward as backward_
@@ -188,13 +188,13 @@ _KERNELS = {"single": _norm_single_kernel, "looped": _norm_looped_kernel}
 def _launcher(config: dict, rms: bool, has_residual: bool, has_weight: bool, has_bias: bool, n_rows: int,
               prebound: bool = False):
     """(the kernel bound to its grid, its compile-time arguments) for a launch on n_rows rows with one config;
-    prebound: for a launch kept for later calls (a plan), through `Prebound`."""
+    prebound: for a launch kept for later calls (a plan), as `launch.planned` says."""
     rows_per_program = config["ROWS_PER_PROGRAM"]
     meta = dict(IS_RMS=rms, HAS_RESIDUAL=has_residual, HAS_WEIGHT=has_weight, HAS_BIAS=has_bias,
                 BLOCK_N=config["BLOCK_N"], ROWS_PER_PROGRAM=rows_per_program,
                 num_warps=config["num_warps"], num_stages=config["num_stages"])
     kernel, grid = _KERNELS[config["variant"]], (-(-n_rows // rows_per_program),)
-    return (Prebound(kernel, grid) if prebound else kernel[grid]), meta
+    return (launch_.planned(kernel, grid) if prebound else kernel[grid]), meta
 
 
 def launch_rows(x, residual, weight, bias, y, h, mean, rstd, eps: float, rms: bool, config: dict) -> None:
