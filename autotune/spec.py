@@ -135,6 +135,9 @@ class KernelSpec:
         extends: earlier versions of this spec whose stored rows still hold (`EarlierSpace`), oldest first: a
             variant added to `sources` and to the space leaves the rows tuned before it current (`is_current`);
             a bucket's row of a newer version serves before an older one's (`current_rows`).
+        outputs: `(inputs, base) -> outputs`, unset, laid out as the public function allocates them, where that is
+            not dense in row-major order (base: the baseline's outputs, for their shapes and dtypes): the gate
+            poisons and the search times the launch into these (`autotune.gate.compare.fresh_outputs`).
     """
 
     name: str
@@ -162,6 +165,7 @@ class KernelSpec:
     bound: str = "memory"  # "memory" or "compute": which roofline a result is judged against
     description: str = ""
     extends: Sequence[EarlierSpace] = ()
+    outputs: Callable[[Inputs, Any], Any] | None = None
     _hash: list[str] = field(default_factory=list, repr=False)
 
     def __post_init__(self) -> None:

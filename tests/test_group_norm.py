@@ -17,6 +17,7 @@ from autotune.db import BestRow, ConfigStore
 from autotune.gate.verify import verify
 from autotune.kernels import group_norm
 from autotune.kernels.norm.group_norm import SPEC, _launch
+from autotune.kernels.norm.group_norm_backward import SPEC as BACKWARD_SPEC
 from autotune.search_spaces.group_norm import SPACE, group_block
 
 pytestmark = [
@@ -406,6 +407,25 @@ def test_the_gate_catches_an_unwritten_group():
         _with_launch(skips_last_group), DEFAULT, torch.float32, examples=1, extra_problems=[problem([2, 4, 3, 3], 2)]
     )
     assert failed.failure is not None and "unwritten" in failed.failure.reason
+
+
+@pytest.mark.parametrize("spec", [SPEC, BACKWARD_SPEC], ids=["forward", "backward"])
+def test_the_gate_launches_into_outputs_laid_out_as_the_public_function_gives_them(spec):
+    # A channels-last x gets a channels-last y (and dx) from the public functions: the gate poisons, and the search
+    # times, that layout, so a config is checked writing the strides users' calls write (a channel stride of 1 is
+    # specialized by Triton, and the onepass kernel once failed to compile there).
+    seen = []
+
+    def records(inputs, cfg, out):
+        seen.append((torch.empty_like(inputs["x"]).stride(), out[0].stride(), bool(out[0].isnan().all())))
+        return spec.launch(inputs, cfg, out)
+
+    channels_last = problem([2, 8, 5, 5], 4, layout="channels_last")
+    space_default = dict(spec.space.default)
+    checked = dataclasses.replace(spec, name=f"{spec.name}_recorded", launch=records, _hash=[])
+    assert verify(checked, space_default, torch.float32, examples=1, extra_problems=[channels_last]).failure is None
+    assert all(public == given and poisoned for public, given, poisoned in seen)
+    assert any(given[1] == 1 for _, given, _ in seen)  # the channels-last problem's y: channels innermost
 
 
 @pytest.mark.parametrize("variant", ["single", "onepass", "looped", "split"])

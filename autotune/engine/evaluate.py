@@ -11,13 +11,13 @@ import optuna
 import torch
 
 from autotune.engine.outcome import TrialOutcome
+from autotune.gate.compare import fresh_outputs
 from autotune.gate.verify import (
     KnownFailure,
     ReferenceCache,
     VerifyResult,
     check_problem,
     draw_problems,
-    outputs_like,
     verify,
 )
 from autotune.identity import Outcome, config_key
@@ -59,7 +59,7 @@ class Evaluator:
         """Build the timed inputs and the reference cache (an isolated evaluator starts its worker instead)."""
         self.references = ReferenceCache()
         self.inputs, base, _ = self.references.get(self.spec, self.problem, self.dtype, self.seed)  # timed, and checked
-        self._out = outputs_like(base, None)
+        self._out = fresh_outputs(self.spec, self.inputs, base, None)
 
     def close(self) -> None:
         """Release what the evaluator holds (nothing here; an isolated one stops its worker)."""

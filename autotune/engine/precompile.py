@@ -188,7 +188,7 @@ def _compile(name: str, problems_json: str, dtype_name: str, config_json: str) -
     """Worker: compile one config by 'launching' it on each problem's inputs; the first failure, if any."""
     import autotune
     from autotune import gpu
-    from autotune.gate.compare import outputs_like
+    from autotune.gate.compare import fresh_outputs
     from autotune.spec import dtype_from_name
 
     spec = autotune.get(name)
@@ -203,7 +203,7 @@ def _compile(name: str, problems_json: str, dtype_name: str, config_json: str) -
                 inputs, out = _inputs[key]
             else:
                 inputs = spec.make_inputs(problem, dtype_from_name(dtype_name), gpu.device(), 0)
-                out = outputs_like(spec.baseline(inputs), None)
+                out = fresh_outputs(spec, inputs, spec.baseline(inputs), None)
                 try:
                     _inputs[key] = (inputs, out)
                 except ValueError:  # larger than the whole cache: used for this config only

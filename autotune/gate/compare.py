@@ -33,6 +33,19 @@ def outputs_like(base: Outputs, fill: float | None = float("nan")) -> Outputs:
     return tuple(outputs_like(b, fill) for b in base)
 
 
+def fresh_outputs(spec: KernelSpec, inputs: dict, base: Outputs, fill: float | None = float("nan")) -> Outputs:
+    """The outputs a launch of spec writes into, filled with `fill` (None: unset): laid out as its public function
+    allocates them (`KernelSpec.outputs`: a channels-last group_norm writes a channels-last y), else dense like
+    `outputs_like`."""
+    if spec.outputs is None:
+        return outputs_like(base, fill)
+    out = spec.outputs(inputs, base)
+    if fill is not None:
+        for t in (out,) if isinstance(out, torch.Tensor) else out:
+            t.fill_(fill)
+    return out
+
+
 def compare_outputs(
     out: Outputs, ref: Outputs, base: Outputs, floor: Outputs | None = None
 ) -> tuple[float, float, str | None]:

@@ -26,7 +26,7 @@ from hypothesis.errors import NoSuchExample, Unsatisfiable
 from hypothesis.strategies import SearchStrategy
 
 from autotune import gpu
-from autotune.gate.compare import Outputs, check_references, compare_outputs, outputs_like
+from autotune.gate.compare import Outputs, check_references, compare_outputs, fresh_outputs
 from autotune.gate.repeatable_draws import without_local_constants
 from autotune.identity import problem_key
 from autotune.space import Config, Problem
@@ -168,7 +168,7 @@ def check_problem(
     device = gpu.device()
     cache = cache or ReferenceCache()
     inputs, base, ref = cache.get(spec, problem, dtype, seed)
-    out = outputs_like(base)
+    out = fresh_outputs(spec, inputs, base)
     global _gate_launches
     _gate_launches += 1
     try:

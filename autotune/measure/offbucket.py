@@ -15,7 +15,7 @@ from autotune.engine.isolation import shared_workers
 from autotune.engine.plan import SearchOptions
 from autotune.engine.precompile import CompilePool
 from autotune.engine.search import search
-from autotune.gate.compare import outputs_like
+from autotune.gate.compare import fresh_outputs
 from autotune.gate.verify import ReferenceCache, check_problem
 from autotune.measure import bench
 from autotune.measure.bench import require_nonzero
@@ -279,7 +279,7 @@ def _time_configs(
         del configs["runtime"]
     inputs, base, _ = cache.get(spec, problem, dtype, seed)
     require_nonzero(spec, inputs)
-    out = outputs_like(base, None)
+    out = fresh_outputs(spec, inputs, base, None)
     calls = {name: (lambda c=config: spec.launch(inputs, c, out)) for name, config in configs.items()}
     for call in calls.values():
         call()  # compiled before any timing

@@ -15,7 +15,7 @@ import torch
 from tabulate import tabulate
 
 from autotune import gpu, runtime
-from autotune.gate.compare import outputs_like
+from autotune.gate.compare import fresh_outputs
 from autotune.measure import attention_peers, bench, peers
 from autotune.measure.against import AGAINST, parse_against  # noqa: F401  (the report's names for them)
 from autotune.measure.bench import require_nonzero, time_balanced
@@ -211,7 +211,7 @@ def _calls(
             "compile": compiled,
         }  # public: autograd's path
     else:
-        out = outputs_like(spec.baseline(inputs), None)
+        out = fresh_outputs(spec, inputs, spec.baseline(inputs), None)
         default = dict(spec.space.default)
         fns = {
             "tuned": spec.public or (lambda i: spec.launch(i, choice.config, out)),

@@ -34,6 +34,7 @@ from autotune.kernels.norm.group_norm_common import (
     flat_strides,
     lookup_config,
     make_forward_inputs,
+    outputs_in_x_format,
     parse_shape,
     problems,
     problems_for_config,
@@ -304,6 +305,7 @@ SPEC = KernelSpec(
     ),
     description="group_norm with a fused activation (F.group_norm + F.silu / F.mish); outputs y, mean, rstd",
     bucket_edges=bucket_edges,
+    outputs=outputs_in_x_format,
     public=lambda inputs: group_norm(inputs["x"], inputs["groups"], inputs["weight"], inputs["bias"],
                                      inputs["eps"], None if inputs["activation"] == "none" else inputs["activation"]),
 )

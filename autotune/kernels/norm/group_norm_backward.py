@@ -29,6 +29,7 @@ from autotune.kernels.norm.group_norm_common import (
     flat_strides,
     lookup_config,
     make_forward_inputs,
+    outputs_in_x_format,
     parse_shape,
     problems,
     problems_for_config,
@@ -393,6 +394,7 @@ SPEC = KernelSpec(
              _group_norm_backward_sums_kernel, _group_norm_backward_dx_kernel, _param_grad_reduce_kernel),
     description="group_norm's backward: (dx, dweight, dbias) from dy, x and the forward's saved statistics",
     bucket_edges=bucket_edges,
+    outputs=outputs_in_x_format,
     public=lambda inputs: backward(inputs["dy"], inputs["x"], inputs["weight"], inputs["bias"], inputs["mean"],
                                    inputs["rstd"], inputs["groups"], inputs["activation"]),
 )

@@ -132,6 +132,13 @@ def torch_format(t: torch.Tensor) -> torch.memory_format:
     return torch.contiguous_format
 
 
+def outputs_in_x_format(inputs: dict, base: tuple) -> tuple:
+    """A launch's outputs as the public functions allocate them (`KernelSpec.outputs`): the first (y, or dx) by
+    torch.empty_like(x), so in x's memory format (channels-last in, channels-last out); the others shaped like the
+    baseline's."""
+    return (torch.empty_like(inputs["x"]), *(t.new_empty(t.shape) for t in base[1:]))
+
+
 def dense_like_torch(t: torch.Tensor, like: torch.Tensor | None = None) -> torch.Tensor:
     """t as PyTorch's group_norm reads it (of `like`, if given): dense in that memory format."""
     return t.contiguous(memory_format=torch_format(t if like is None else like))

@@ -59,8 +59,9 @@ def _group_norm_onepass_kernel(
         z = z + tl.load(b_ptr + first_channel + c, mask=c_mask, other=0.0).to(ACC)[:, None]
     y = activate(z, ACTIVATION)
     # The output's addresses after the statistics too, not held across them (a NaN mean converts to some integer,
-    # which times 0.0 is 0 all the same).
-    y_sc = _after(y_sc, mean.to(tl.int32))
+    # which times 0.0 is 0 all the same). Written out, not through _after: a channel stride of 1 (channels-last, or
+    # one position a channel) is specialized to a constexpr, which has no dtype.
+    y_sc = y_sc + (mean.to(tl.int32) * 0.0).to(tl.int32)
     y_tile = y_ptr + n.to(tl.int64) * y_sn + first_channel.to(tl.int64) * y_sc + c[:, None] * y_sc + s[None, :] * y_ss
     tl.store(y_tile, y.to(y_ptr.dtype.element_ty), mask=mask)
     tl.store(mean_ptr + row, mean.to(tl.float64))
