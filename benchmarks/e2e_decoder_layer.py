@@ -250,7 +250,7 @@ def main() -> None:
     times = common.time_variants(steps, args.graphs)
     breakdowns = {name: common.breakdown(steps[name], args.profile_steps) for name in names} if args.breakdown else {}
     waits = {name: common.waits(steps[name], args.profile_steps) for name in names} if args.breakdown else {}
-    goals = common.goals_table(times, GOALS)
+    goals = common.goals_table(times, GOALS, kernels)
     env = environment.environment()
     setup = [
         (

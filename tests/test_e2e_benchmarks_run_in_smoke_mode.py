@@ -56,6 +56,9 @@ def test_smoke_run_writes_the_report(script, variants, kernels, benchmark_script
     assert data["kernels"]["autotune"] == []  # no stored row for the CPU interpreter: every call on torch
     assert all(isinstance(d, float) and d < 1e-4 for d in data["differences"].values()), data["differences"]
     assert {d["routed"] for d in data["decisions"]} == {False}
+    # a patched variant that launched none of our kernels is not judged against its goals: its time is torch's
+    unrouted = [g for g in data["goals"] if g["goal"].startswith("autotune >=")]
+    assert unrouted and all(g["met"] is None and "launched no autotune kernel" in g["note"] for g in unrouted)
     assert set(data["breakdowns"]) == set(variants.split(",")) and data["patch"]
     text = out.with_name(script + ".md").read_text()
     assert "## What autotune.patch did" in text and "## Breakdown: autotune-forced" in text
