@@ -1,0 +1,81 @@
+"""Run on the device (`pytest -m gpu`): the public norms with AUTOTUNE_PREBOUND=1 (their planned launches bound once,
+`autotune.kernels.common.launch.Prebound`) compute bit for bit what they compute through Triton's own launch, on
+repeated calls (the later ones prebound), after the call shape changes, on a misaligned view (which must go back
+through Triton), in each dtype, channels-last and with a residual; and the later calls do skip Triton's binding."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from autotune import runtime
+from autotune.kernels import group_norm, layer_norm, rms_norm
+from autotune.kernels.common import launch
+
+pytestmark = pytest.mark.gpu
+
+DTYPES = [torch.bfloat16, torch.float16, torch.float32]
+
+
+def _calls(dtype):
+    """(name, inputs maker, call) of each planned public call site, on fresh CUDA tensors of dtype."""
+    g = torch.Generator(device="cuda").manual_seed(0)
+
+    def rand(*shape):
+        return torch.randn(*shape, device="cuda", dtype=dtype, generator=g)
+
+    w320, b320, w4096 = rand(320), rand(320), rand(4096)
+    return [
+        ("group_norm silu", lambda: (rand(2, 320, 64, 64),), lambda x: group_norm(x, 32, w320, b320, 1e-5, "silu")),
+        (
+            "group_norm channels-last",
+            lambda: (rand(2, 320, 16, 16).to(memory_format=torch.channels_last),),
+            lambda x: group_norm(x, 32, w320, b320, 1e-5, None),
+        ),
+        ("layer_norm", lambda: (rand(2, 4096, 320),), lambda x: layer_norm(x, (320,), w320, b320)),
+        ("rms_norm", lambda: (rand(4096, 4096),), lambda x: rms_norm(x, (4096,), w4096)),
+        ("rms_norm odd rows", lambda: (rand(1000, 4096),), lambda x: rms_norm(x, (4096,), w4096)),
+    ]
+
+
+def _run(monkeypatch, flag: str, dtype) -> dict[str, list[torch.Tensor]]:
+    monkeypatch.setenv("AUTOTUNE_PREBOUND", flag)
+    runtime.clear_cache()  # plans are made anew under the flag
+    outputs = {}
+    for name, make, call in _calls(dtype):
+        (x,) = make()
+        misaligned = torch.empty(x.numel() + 1, device="cuda", dtype=dtype)[1:].view_as(x).copy_(x)
+        outputs[name] = [call(x).clone(), call(x).clone(), call(x[: x.shape[0] // 2]).clone(), call(x).clone()]
+        if not name.endswith("channels-last"):  # a view one element off: not 16-byte aligned
+            outputs[name].append(call(misaligned).clone())
+    torch.cuda.synchronize()
+    return outputs
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_prebound_calls_compute_bit_for_bit_what_tritons_launch_computes(monkeypatch, dtype):
+    through_triton = _run(monkeypatch, "0", dtype)
+    prebound = _run(monkeypatch, "1", dtype)
+    for name, expected in through_triton.items():
+        for i, (want, got) in enumerate(zip(expected, prebound[name])):
+            assert torch.equal(want, got), f"{name}, call {i}"
+    runtime.clear_cache()
+
+
+def test_later_calls_skip_tritons_binding(monkeypatch):
+    monkeypatch.setenv("AUTOTUNE_PREBOUND", "1")
+    runtime.clear_cache()
+    bound_before = []
+    real_call = launch.Prebound.__call__
+
+    def spy(self, *args, **kwargs):
+        bound_before.append(self._bound is not None)
+        real_call(self, *args, **kwargs)
+
+    monkeypatch.setattr(launch.Prebound, "__call__", spy)
+    x = torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16)
+    w = torch.randn(4096, device="cuda", dtype=x.dtype)
+    for _ in range(3):
+        y = rms_norm(x, (4096,), w)
+    torch.testing.assert_close(y, F.rms_norm(x, (4096,), w), atol=2e-2, rtol=2e-2)
+    assert bound_before == [False, True, True]  # through Triton once (binding), straight to the launcher after
+    runtime.clear_cache()
