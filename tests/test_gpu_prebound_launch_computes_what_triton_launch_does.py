@@ -34,6 +34,11 @@ def _calls(dtype):
         ("layer_norm", lambda: (rand(2, 4096, 320),), lambda x: layer_norm(x, (320,), w320, b320)),
         ("rms_norm", lambda: (rand(4096, 4096),), lambda x: rms_norm(x, (4096,), w4096)),
         ("rms_norm odd rows", lambda: (rand(1000, 4096),), lambda x: rms_norm(x, (4096,), w4096)),
+        (
+            "rms_norm + residual",  # (y, x + residual), flattened into one tensor to compare
+            lambda: (rand(4096, 4096),),
+            lambda x: torch.cat([t.flatten() for t in rms_norm(x, (4096,), w4096, residual=x * 0.5)]),
+        ),
     ]
 
 
