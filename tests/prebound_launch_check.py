@@ -103,7 +103,14 @@ def check() -> None:
     before = len(runs)
     off(*arguments(x), **meta)
     off(*arguments(x), **meta)
-    case("off unless AUTOTUNE_PREBOUND=1: every call through Triton", len(runs) - before == 2)
+    case("off with AUTOTUNE_PREBOUND=0: every call through Triton", len(runs) - before == 2)
+
+    del os.environ["AUTOTUNE_PREBOUND"]
+    default = Prebound(kernel, (64,))
+    before = len(runs)
+    default(*arguments(x), **meta)
+    default(*arguments(x), **meta)
+    case("on where AUTOTUNE_PREBOUND is not set: the later call skips Triton", len(runs) - before == 1)
 
     os.environ["AUTOTUNE_PREBOUND"] = "1"
     single = gn._group_norm_single_kernel

@@ -1,8 +1,8 @@
 """autotune.kernels.common.launch.Prebound, checked with the GPU's Triton and a stand-in driver that records what
 each launch hands the compiled kernel's launcher (tests/prebound_launch_check.py): a later call at a call site hands
 it what `kernel[grid](...)` would, without Triton's per-call binding; a call the binder would specialize differently
-(a tensor's alignment, an integer, an option) goes through Triton; it is off unless AUTOTUNE_PREBOUND=1; group_norm's
-and layer_norm's planned launches bind once, their unplanned ones go through Triton."""
+(a tensor's alignment, an integer, an option) goes through Triton; it is on by default, off with AUTOTUNE_PREBOUND=0;
+group_norm's and layer_norm's planned launches bind once, their unplanned ones go through Triton."""
 
 import pytest
 from gpu_triton import GPU_TRITON_VERSION, run_compile_script
@@ -12,7 +12,8 @@ CASES = {
     "a tensor aligned otherwise goes through Triton",
     "another integer goes through Triton",
     "another option goes through Triton",
-    "off unless AUTOTUNE_PREBOUND=1: every call through Triton",
+    "off with AUTOTUNE_PREBOUND=0: every call through Triton",
+    "on where AUTOTUNE_PREBOUND is not set: the later call skips Triton",
     "group_norm's planned launch binds once",
     "layer_norm's planned launch binds once",
     "an unplanned launch goes through Triton",

@@ -8,11 +8,12 @@ tensor's dtype and 16-byte alignment, every other positional argument but floats
 option) arguments equal, the same device, no pre-run hooks; anything else goes through `kernel[grid](...)` and is
 bound again.
 
-Off unless AUTOTUNE_PREBOUND=1, and only with Triton 3.6 compiling for a GPU: the arguments it hands the launcher
-are checked against `JITFunction.run`'s with a stand-in driver
-(tests/test_prebound_launch_hands_the_launcher_what_triton_does.py). On the H100 (2026-11-28) its outputs were bit-equal
-to Triton's launch and the public group_norm + silu's host cost fell from 77.9 to 59.5 us a call (torch: 56.0);
-tests/test_gpu_prebound_launch_computes_what_triton_launch_does.py is its check there (`pytest -m gpu`).
+On by default with Triton 3.6 compiling for a GPU (AUTOTUNE_PREBOUND=0 turns it off): the arguments it hands the
+launcher are checked against `JITFunction.run`'s with a stand-in driver
+(tests/test_prebound_launch_hands_the_launcher_what_triton_does.py), and on the H100 (2026-11-28) the public norms'
+outputs were bit-equal to Triton's launch (tests/test_gpu_prebound_launch_computes_what_triton_launch_does.py,
+`pytest -m gpu`: 4 passed) and the public group_norm + silu's host cost fell from 77.9 to 59.5 us a call (torch:
+56.0).
 Used by the planned launches (kept per call shape) of group_norm's forward kernels that run one program per group
 and of layer_norm's and rms_norm's forward."""
 
@@ -34,9 +35,9 @@ VERSIONS = ("3.6.",)
 
 
 def enabled() -> bool:
-    """Whether call sites bind once: AUTOTUNE_PREBOUND=1, a Triton of VERSIONS, not the interpreter."""
+    """Whether call sites bind once: not AUTOTUNE_PREBOUND=0, a Triton of VERSIONS, not the interpreter."""
     return (
-        os.environ.get("AUTOTUNE_PREBOUND") == "1"
+        os.environ.get("AUTOTUNE_PREBOUND", "1") != "0"
         and triton.__version__.startswith(VERSIONS)
         and not gpu.interpreter_active()
     )
