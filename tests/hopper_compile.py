@@ -101,6 +101,23 @@ VARIANT_CONFIGS = {
             "BLOCK_M": 1,
         },
     ),
+    "last_split": (  # the key splits merged by the program that finishes last: an acquire-release counter
+        "flash_attn",
+        {
+            "BLOCK_M": 16,
+            "BLOCK_N": 64,
+            "num_warps": 4,
+            "num_stages": 3,
+            "mask": "edges",
+            "kv_load": "pointer",
+            "KV_SPLITS": 4,
+            "gqa": "packed",
+            "p": "rounded",
+            "engine": "triton",
+            "combine": "last_split",
+        },
+        "1x4/2x1:300x32",
+    ),
     "gated_tma_persistent": (
         "gated_mlp",
         {

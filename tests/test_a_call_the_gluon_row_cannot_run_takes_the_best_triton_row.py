@@ -24,12 +24,14 @@ FA3 = {
     "CONSUMER_REGISTERS": 240,
 }
 TRITON_ROW = {
-    **{k: v for k, v in FORWARD_SPACE.default.items() if k not in gluon.TRITON},
+    **{k: v for k, v in FORWARD_SPACE.default.items() if k not in {**gluon.TRITON, "combine": "kernel"}},
     "BLOCK_M": 32,
     "BLOCK_N": 64,
     "num_warps": 4,
 }
-"""A config stored before the engine existed (no Gluon keys), not the default."""
+"""A config stored before the engine existed (no Gluon keys, no `combine`), not the default."""
+SERVED = {**TRITON_ROW, **gluon.TRITON, "combine": "kernel"}
+"""TRITON_ROW as the runtime serves it: completed with the values the parameters new since then had before."""
 PROBLEM = problems_.problem(1, 2, 130, 64)
 
 
@@ -61,7 +63,7 @@ def test_the_gluon_rows_call_launches_the_best_triton_config(hopper, user_db, wi
         plant(user_db, TRITON_ROW, spec.extends[0].source_hash)
     assert fa._TUNED.resolve(torch.float16, spec.bucket(PROBLEM), PROBLEM).config == FORWARD_SPACE.validate(FA3)
     launches, out, expected = attend()
-    want = {**TRITON_ROW, **gluon.TRITON} if with_triton_row else dict(FORWARD_SPACE.default)
+    want = SERVED if with_triton_row else dict(FORWARD_SPACE.default)
     assert launches == [("flash_attn", want)]
     torch.testing.assert_close(out.double(), expected, atol=1e-2, rtol=1e-2)
 
@@ -69,5 +71,5 @@ def test_the_gluon_rows_call_launches_the_best_triton_config(hopper, user_db, wi
 def test_without_gluon_rows_a_call_launches_its_buckets_row_as_before(user_db):
     plant(user_db, TRITON_ROW, autotune.get("flash_attn").extends[0].source_hash)
     launches, out, expected = attend()
-    assert launches == [("flash_attn", {**TRITON_ROW, **gluon.TRITON})]
+    assert launches == [("flash_attn", SERVED)]
     torch.testing.assert_close(out.double(), expected, atol=1e-2, rtol=1e-2)

@@ -19,6 +19,7 @@ from autotune import gpu, runtime
 from autotune.gate.compare import compare, outputs_like
 from autotune.gate.verify import ReferenceCache, check_problem, verify
 from autotune.kernels import flash_attn
+from autotune.kernels.attention import flash_attn as flash_attn_module
 from autotune.kernels.attention import problems as problems_
 from autotune.kernels.attention import reference as math_
 from autotune.kernels.attention.flash_attn import SPEC, descriptor_ok
@@ -75,6 +76,14 @@ VARIANTS = {
         config(KV_SPLITS=8, BLOCK_M=16, num_warps=2),
         [CASES["decode, Nk=1000"], problem(1, 2, 3, 80, nk=500, causal=True, magnitude=8.0)],
     ),
+    "splits merged by the program that finishes last": (
+        config(KV_SPLITS=8, combine="last_split", BLOCK_M=16, num_warps=2),
+        [
+            CASES["decode, Nk=1000"],
+            problem(1, 2, 3, 80, nk=500, causal=True, magnitude=8.0),
+            problem(2, 6, 1, 32, kv_heads=2, nk=700),
+        ],
+    ),
     "packed GQA heads": (
         config(gqa="packed", KV_SPLITS=4, BLOCK_M=16, num_warps=2),
         [problem(1, 6, 1, 32, kv_heads=2, nk=700), problem(1, 4, 9, 32, kv_heads=1, nk=300, causal=True)],
@@ -93,6 +102,23 @@ VARIANTS = {
 @pytest.mark.parametrize("variant", VARIANTS)
 def test_variants_pass_the_gate(variant):
     attention_checks.assert_passes(SPEC, *VARIANTS[variant])
+
+
+def test_the_last_split_merges_as_the_combine_kernel_does_and_leaves_its_counters_at_zero():
+    # Packed GQA decode over splits of uneven use (the last holds 4 of 128 keys), three launches in a row: each
+    # must find the counters at 0 (else a tile merges early, from partials not yet written, or never).
+    case = problem(2, 8, 1, 32, kv_heads=2, nk=900)
+    inputs, base, _ = ReferenceCache().get(SPEC, case, torch.float16, 1)
+    merged = {}
+    for combine in ("kernel", "last_split", "last_split", "last_split"):
+        out = outputs_like(base)
+        SPEC.launch(inputs, config(KV_SPLITS=8, gqa="packed", BLOCK_M=16, num_warps=2, combine=combine), out)
+        assert all(not counters.any() for counters in flash_attn_module._ARRIVALS.values())
+        merged.setdefault(combine, []).append(out)
+    for out in merged["last_split"]:
+        for got, want in zip(out, merged["kernel"][0]):  # o (float16) and the log-sum-exp (float32)
+            torch.testing.assert_close(got, want, rtol=2e-3, atol=2e-3)
+    assert flash_attn_module._ARRIVALS  # the counters the launches used
 
 
 def test_split_p_keeps_a_long_decode_average_right():

@@ -111,12 +111,21 @@ def test_a_search_on_the_cpu_tries_the_triton_kernels_alone(tmp_path):
 def test_every_shipped_row_is_current_and_those_tuned_before_the_engine_are_served_completed():
     spec = autotune.get("flash_attn")
     rows = shipped_rows("flash_attn")
-    earlier = [r for r in rows if r.source_hash == spec.extends[0].source_hash]
-    assert earlier and {r.source_hash for r in rows} <= {spec.extends[0].source_hash, spec.source_hash}
+    before_engine, before_merge = spec.extends  # the Triton kernels alone; then the engine, splits merged by a kernel
+    earlier = [r for r in rows if r.source_hash == before_engine.source_hash]
+    assert earlier and {r.source_hash for r in rows} <= {
+        before_engine.source_hash,
+        before_merge.source_hash,
+        spec.source_hash,
+    }
     assert all(spec.row_is_current(r) for r in rows)
-    assert all("engine" not in r.config for r in earlier)
+    assert all("engine" not in r.config and "combine" not in r.config for r in earlier)
     for r in earlier:
-        assert spec.space.validate(spec.current_config(r)) == {**r.config, **gluon.TRITON}
+        assert spec.space.validate(spec.current_config(r)) == {**r.config, **gluon.TRITON, "combine": "kernel"}
+    for r in rows:
+        if r.source_hash == before_merge.source_hash:
+            assert "combine" not in r.config
+            assert spec.space.validate(spec.current_config(r)) == {**r.config, "combine": "kernel"}
     for r in rows:
         if r.source_hash == spec.source_hash:  # searched with the engine: every parameter stored
             assert spec.space.validate(r.config) == r.config
@@ -150,6 +159,6 @@ def test_a_shipped_config_without_the_new_keys_is_served_and_launches_here(user_
     runtime.clear_cache()
     with runtime.record_launches() as launches:
         out = fa.flash_attn(q, k, v)
-    assert launches == [("flash_attn", {**shipped.config, **gluon.TRITON})]
+    assert launches == [("flash_attn", {**shipped.config, **gluon.TRITON, "combine": "kernel"})]
     expected = torch.nn.functional.scaled_dot_product_attention(q.double(), k.double(), v.double())
     torch.testing.assert_close(out.double(), expected, atol=2e-2, rtol=2e-2)

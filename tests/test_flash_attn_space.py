@@ -66,6 +66,7 @@ def test_defaults_run_on_every_problem(p):
             "splits without a key block",
         ),
         (FORWARD_SPACE, dict(gqa="packed"), problem(1, 4, 64, 64), "needs grouped-query attention"),
+        (FORWARD_SPACE, dict(combine="last_split"), problem(1, 4, 1, 64, nk=4096), "needs KV_SPLITS > 1"),
         (FORWARD_SPACE, dict(BLOCK_N=64, num_stages=3), problem(1, 1, 64, 64, nk=60), "nothing to pipeline"),
         (BACKWARD_SPACE, dict(BLOCK_N=128, num_warps=8), problem(1, 1, 40, 64), "BLOCK_N exceeds Nq and Nk"),
         (BACKWARD_SPACE, dict(BLOCK_N=128, BLOCK_M=128, num_warps=2), problem(1, 1, 4096, 256), "values per thread"),
@@ -119,6 +120,9 @@ def test_suggestions_are_valid_and_draw_only_what_the_problem_can_use(p):
     assert {d["p"] for d in drawn} == {"rounded", "split"}
     splits = {d["KV_SPLITS"] for d in drawn}
     assert splits == {1} if p["nq"] > 1 and p["batch"] * p["heads"] > 8 else len(splits) > 1
+    merges = {d["combine"] for d in drawn if d["KV_SPLITS"] > 1}
+    assert merges == (set() if splits == {1} else {"kernel", "last_split"})
+    assert all(d["combine"] == "kernel" for d in drawn if d["KV_SPLITS"] == 1)
     runnable = [d for d in drawn if FORWARD_SPACE.rejects(d, p) is None]
     assert len(runnable) >= 5
     backward = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=0))  # a study per kernel, as search() has

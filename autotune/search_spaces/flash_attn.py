@@ -1,6 +1,7 @@
 """flash_attn: the forward tiles queries by BLOCK_M and streams keys by BLOCK_N; variants mask only the
 blocks an edge crosses or every block, load K/V through pointers or tensor descriptors (TMA on Hopper),
-split the key range over KV_SPLITS programs (decode), pack a GQA group's query heads into one tile, and
+split the key range over KV_SPLITS programs (decode; merged by a second kernel, or by the split program that
+finishes a tile last), pack a GQA group's query heads into one tile, and
 round P to the input dtype for P @ V (FlashAttention's way) or split it into two half operands; on a Hopper
 GPU the forward may run the Gluon kernel instead (engine="gluon": search_spaces/flash_attn_gluon.py).
 The backward holds BLOCK_N keys and streams BLOCK_M queries (dk, dv), and gets dq from a query-side kernel
@@ -30,6 +31,8 @@ BACKWARD_BLOCKS = powers_of_two(16, 128)
 WARPS = (2, 4, 8)
 STAGES = (1, 2, 3, 4, 5)
 KV_SPLITS = (1, 2, 4, 8, 16, 32, 64, 128)
+COMBINES = ("kernel", "last_split")
+"""How key splits merge: a second kernel launched after them, or the split program that finishes a tile last."""
 MAX_TILE_REGISTERS = 256
 """32-bit values per thread a program's tiles may take (estimated); past this the compiler spills."""
 SHARED_MEMORY_BYTES = 227 * 1024
@@ -70,6 +73,7 @@ FORWARD_DEFAULT: Config = {
     "gqa": "per_head",
     "p": "split",
     **gluon.TRITON,
+    "combine": "kernel",
 }
 """The forward fallback: small tiles, not pipelined, that fit every head dim and dtype (float32 inputs
 compute in float64: at head dim 256 their tiles take 8 KB a row), and P split in two half operands of
@@ -201,6 +205,12 @@ def _split_only_where_programs_are_few(c: Config, p: Problem) -> str | None:
     return None
 
 
+def _merge_only_splits(c: Config, p: Problem) -> str | None:
+    if c["combine"] == "last_split" and c["KV_SPLITS"] == 1:
+        return "combine=last_split merges key splits: it needs KV_SPLITS > 1"
+    return None
+
+
 def _pack_only_grouped_heads(c: Config, p: Problem) -> str | None:
     if c["gqa"] == "packed" and dims(p)[6] == 1:
         return "gqa=packed needs grouped-query attention (more query heads than key/value heads)"
@@ -265,6 +275,7 @@ def _forward_starts(p: Problem) -> list[Config]:
             "gqa": "per_head",
             "p": "rounded",
             **gluon.TRITON,
+            "combine": "kernel",
         }
         for m, n, w, st in tiles
     ] + gluon.starts(p)
@@ -278,7 +289,7 @@ def _suggest_forward(trial, problem: Problem) -> Config:
 
     if draw("engine", choices["engine"]) == "gluon":
         return gluon.suggest(trial, draw, choices, list(STAGES))
-    return {
+    config = {
         **gluon.TRITON,
         "BLOCK_M": draw("BLOCK_M", choices["BLOCK_M"]),
         "BLOCK_N": draw("BLOCK_N", choices["BLOCK_N"]),
@@ -290,6 +301,7 @@ def _suggest_forward(trial, problem: Problem) -> Config:
         "gqa": draw("gqa", choices["gqa"]),
         "p": draw("p", ["rounded", "split"]),
     }
+    return {**config, "combine": draw("combine", list(COMBINES)) if config["KV_SPLITS"] > 1 else "kernel"}
 
 
 FORWARD_SPACE = SearchSpace(
@@ -304,11 +316,13 @@ FORWARD_SPACE = SearchSpace(
         Param("gqa", ("per_head", "packed")),
         Param("p", ("rounded", "split")),
         *gluon.PARAMS,  # since the Gluon engine: the kernel's SPEC `extends` the space without them
+        Param("combine", COMBINES),  # since the merge in the forward's launch: likewise
     ),
     default=FORWARD_DEFAULT,
     constraints=(
         gluon.engine_fixes_the_others,
         gluon.gluon_where_it_runs,
+        _merge_only_splits,
         *map(
             gluon.triton_only,
             (

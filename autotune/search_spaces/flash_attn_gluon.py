@@ -58,9 +58,9 @@ CONSUMER_REGISTERS = {1: 232, 2: 240}
 TRITON: Config = {"engine": "triton", "NUM_CONSUMERS": 1, "PINGPONG": False, "CONSUMER_REGISTERS": 232}
 """The Gluon-only parameters of every Triton config: what the configs stored before the engine existed meant."""
 GLUON_FIXED: Config = {"num_warps": 4, "mask": "edges", "kv_load": "pointer", "KV_SPLITS": 1, "gqa": "per_head",
-                       "p": "rounded"}  # fmt: skip
+                       "p": "rounded", "combine": "kernel"}  # fmt: skip
 """The Triton-only parameters of every Gluon config (its masks, TMA loads, one program a head, P rounded are its own;
-num_warps=4 is its warpgroup)."""
+num_warps=4 is its warpgroup; no key splits to merge)."""
 STARTS = ((64, 128, 2, 2, True, 240), (64, 128, 3, 2, False, 240))
 """(BLOCK_M, BLOCK_N, num_stages, NUM_CONSUMERS, PINGPONG, CONSUMER_REGISTERS) that were fastest of
 benchmarks/hopper_attention_probe.py's grid on an H100 (every one of its 8 passed its checks there)."""

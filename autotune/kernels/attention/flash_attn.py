@@ -194,6 +194,74 @@ def _combine_splits_kernel(
     tl.store(lse_ptr + (b * n_heads + qh) * nq + qi, (m_use + tl.log(total)).to(lse_ptr.dtype.element_ty), mask=r_ok)
 
 
+
+@triton.jit
+def _merge_splits(
+    o_part_ptr, lse_part_ptr, o_ptr, lse_ptr, stride_ob, stride_oh, stride_om, n_heads, head_step, pack, nq,
+    HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr, SPLITS: tl.constexpr,
+):
+    """What _combine_splits_kernel computes for rows m*BLOCK_M.. of program column p, in one pass over the splits
+    (a running max, the merged output rescaled as it rises), for the program that arrives last: the loop unrolled,
+    so the splits' loads need not wait for each other, and sent to L2 (.cg), where the other programs' partials
+    are, not to this SM's L1."""
+    rows = nq * pack
+    r = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    r_ok = r < rows
+    offs_d = tl.arange(0, BLOCK_D)
+    in_tile = r_ok[:, None] & (offs_d[None, :] < HEAD_DIM)
+    top = tl.full([BLOCK_M], float("-inf"), lse_part_ptr.dtype.element_ty)
+    weight = tl.zeros([BLOCK_M], lse_part_ptr.dtype.element_ty)
+    merged = tl.zeros([BLOCK_M, BLOCK_D], o_part_ptr.dtype.element_ty)
+    for s in tl.static_range(SPLITS):
+        part = (s * tl.num_programs(1) + tl.program_id(1)).to(tl.int64) * rows + r
+        lse_s = tl.load(lse_part_ptr + part, mask=r_ok, other=float("-inf"), cache_modifier=".cg")
+        o_s = tl.load(o_part_ptr + part[:, None] * HEAD_DIM + offs_d[None, :], mask=in_tile, other=0.0,
+                      cache_modifier=".cg")
+        new_top = tl.maximum(top, lse_s)
+        base = tl.where(new_top == float("-inf"), 0.0, new_top)  # no split has seen a key yet: nothing to weigh
+        rescale = tl.exp(top - base)
+        w = tl.exp(lse_s - base)
+        merged = merged * rescale[:, None] + w[:, None] * o_s
+        weight = weight * rescale + w
+        top = new_top
+    base = tl.where(top == float("-inf"), 0.0, top)
+    batch = (tl.program_id(1) // (n_heads // head_step)).to(tl.int64)
+    head = ((tl.program_id(1) % (n_heads // head_step)) * head_step + r % pack).to(tl.int64)
+    query = (r // pack).to(tl.int64)
+    out = (merged / weight[:, None]).to(tl.float32)
+    dst = batch * stride_ob + head * stride_oh + query * stride_om
+    tl.store(o_ptr + dst[:, None] + offs_d[None, :], round_to(out, o_ptr.dtype.element_ty), mask=in_tile)
+    tl.store(lse_ptr + (batch * n_heads + head) * nq + query, (base + tl.log(weight)).to(lse_ptr.dtype.element_ty),
+             mask=r_ok)
+
+
+@triton.jit
+def _attn_fwd_last_split_kernel(
+    q_ptr, k_ptr, v_ptr, o_part_ptr, lse_part_ptr, o_ptr, lse_ptr, arrivals_ptr,
+    stride_qb, stride_qh, stride_qm, stride_kb, stride_kh, stride_kn, stride_vb, stride_vh, stride_vn,
+    stride_ob, stride_oh, stride_om,
+    n_heads, head_step, group, pack, nq, nk, mult_hi, mult_lo, split_len,
+    HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+    CAUSAL: tl.constexpr, EDGES_ONLY: tl.constexpr, DESCRIPTORS: tl.constexpr, UPCAST: tl.constexpr,
+    SPLIT_P: tl.constexpr, SPLITS: tl.constexpr,
+):
+    """The key-split forward and its merge in one launch (combine="last_split"): program (m, p, s) writes its
+    split's partials as _attn_fwd_kernel does with SPLIT, then counts itself in on tile (m, p)'s arrival counter
+    (acquire-release, after every thread's stores); the program that arrives last merges the tile's splits
+    (_merge_splits) and sets the counter back to 0 for the next launch. Saves the combine kernel's launch and the
+    wait for the last wave between the two."""
+    _attn_fwd_kernel(q_ptr, k_ptr, v_ptr, o_part_ptr, lse_part_ptr,
+                     stride_qb, stride_qh, stride_qm, stride_kb, stride_kh, stride_kn, stride_vb, stride_vh, stride_vn,
+                     0, 0, 0, n_heads, head_step, group, pack, nq, nk, mult_hi, mult_lo, split_len,
+                     HEAD_DIM, BLOCK_D, BLOCK_M, BLOCK_N, CAUSAL, EDGES_ONLY, DESCRIPTORS, True, UPCAST, SPLIT_P)
+    tl.debug_barrier()  # the partials of every thread written before the count says so
+    tile = tl.program_id(1) * tl.num_programs(0) + tl.program_id(0)
+    if tl.atomic_add(arrivals_ptr + tile, 1, sem="acq_rel") == SPLITS - 1:
+        _merge_splits(o_part_ptr, lse_part_ptr, o_ptr, lse_ptr, stride_ob, stride_oh, stride_om, n_heads, head_step,
+                      pack, nq, HEAD_DIM, BLOCK_D, BLOCK_M, SPLITS)
+        tl.store(arrivals_ptr + tile, 0)
+
+
 def descriptor_ok(t: torch.Tensor) -> bool:
     """Whether a (B, H, N, D) tensor's heads can be read through tensor descriptors: 16-byte aligned start
     and strides, unit stride along D, and rows of at least 16 bytes (TMA's rules)."""
@@ -205,6 +273,22 @@ def descriptor_ok(t: torch.Tensor) -> bool:
 def _scratch(size: int, alignment: int, stream) -> torch.Tensor:
     """Global memory for the descriptors a kernel builds on the device."""
     return torch.empty(size, dtype=torch.int8, device=gpu.device())
+
+
+_ARRIVALS: dict[tuple[str, int | None, int], torch.Tensor] = {}
+
+
+def _arrivals(tiles: int, device: torch.device) -> torch.Tensor:
+    """At least `tiles` int32 counters at 0, for _attn_fwd_last_split_kernel: kept per device and stream, since
+    every launch leaves them at 0 again, launches one after another on a stream share them (launches running at
+    once on two streams get two sets)."""
+    stream = torch.cuda.current_stream(device).cuda_stream if device.type == "cuda" else 0
+    key = (device.type, device.index, stream)
+    held = _ARRIVALS.get(key)
+    if held is None or held.numel() < tiles:
+        held = _ARRIVALS[key] = torch.zeros(max(tiles, 2 * (0 if held is None else held.numel())), dtype=torch.int32,
+                                            device=device)
+    return held
 
 
 def launch(q, k, v, o, lse, causal: bool, scale: float, config: dict, *, checked: bool = False) -> None:
@@ -246,6 +330,11 @@ def launch(q, k, v, o, lse, causal: bool, scale: float, config: dict, *, checked
     part = dict(dtype=compute_dtype(q.dtype), device=q.device)
     o_part = torch.empty((splits, programs, rows, d), **part)
     lse_part = torch.empty((splits, programs, rows), **part)
+    if config.get("combine") == "last_split":
+        arrivals = _arrivals(grid[0] * grid[1], q.device)
+        _attn_fwd_last_split_kernel[grid](q, k, v, o_part, lse_part, o, lse, arrivals, *common, *o.stride()[:3], *sizes,
+                                          SPLITS=splits, **meta)
+        return
     _attn_fwd_kernel[grid](q, k, v, o_part, lse_part, *common, 0, 0, 0, *sizes, SPLIT=True, **meta)
     _combine_splits_kernel[(cdiv(rows, COMBINE_ROWS), programs)](
         o_part, lse_part, o, lse, *o.stride()[:3], splits, heads, pack, pack, nq,
@@ -284,6 +373,9 @@ def _public(inputs: Inputs):
 TRITON_SOURCES = (round_to, scalar, widen, exp_, mma, load_rows, key_blocks, score_multiplier, _fwd_step,
                   _attn_fwd_kernel, _combine_splits_kernel, COMBINE_ROWS)
 """The Triton forward's sources: the spec's before the Gluon engine."""
+GLUON_SOURCES = (*TRITON_SOURCES, gluon_._softmax_block, gluon_._take_turn, gluon_._give_turn, gluon_._consumer,
+                 gluon_._loader, gluon_._attn_fwd_kernel)
+"""The sources with the Gluon engine: the spec's before the key splits could merge in the forward's launch."""
 
 SPEC = KernelSpec(
     name="flash_attn",
@@ -298,10 +390,13 @@ SPEC = KernelSpec(
     presets=problems_.PRESETS,
     interpreter_presets=problems_.INTERPRETER_PRESETS,
     parse_shape=problems_.parse_shape,
-    sources=(*TRITON_SOURCES, gluon_._softmax_block, gluon_._take_turn, gluon_._give_turn, gluon_._consumer,
-             gluon_._loader, gluon_._attn_fwd_kernel),
-    # The rows tuned before the Gluon engine: the Triton kernels alone, configs without the engine's parameters.
-    extends=(EarlierSpace.before(FORWARD_SPACE, TRITON_SOURCES, new=engines.TRITON),),
+    sources=(*GLUON_SOURCES, _merge_splits, _attn_fwd_last_split_kernel),
+    # The rows tuned before the Gluon engine (the Triton kernels alone, configs without the engine's parameters),
+    # and those tuned before combine="last_split" (configs without `combine`: their splits merged by the kernel).
+    extends=(
+        EarlierSpace.before(FORWARD_SPACE, TRITON_SOURCES, new={**engines.TRITON, "combine": "kernel"}),
+        EarlierSpace.before(FORWARD_SPACE, GLUON_SOURCES, new={"combine": "kernel"}),
+    ),
     bound="compute",
     dtype_in_problem=True,  # float32 tiles take twice the room (see the space)
     description="attention (sdpa semantics: causal, scale, GQA) with an online softmax: o and the log-sum-exp",
