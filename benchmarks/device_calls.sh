@@ -7,8 +7,12 @@
 #   search_missing KERNEL DTYPE SECS ARGS...
 #                            a stage searching KERNEL's presets in DTYPE that neither /tmp/x/shipped.sqlite nor
 #                            $AUTOTUNE_DB holds a current row for (benchmarks/missing_presets.py), with ARGS
-#                            (--trials, --warm-start, ...); nothing when none is missing. A call cut short by SECS
-#                            keeps the studies it finished, and the next call's search_missing goes on from there
+#                            (--trials, --warm-start, ...); nothing when none is missing. Each study gets
+#                            --timeout (its share of SECS less FINAL_SECS) unless ARGS give one, so it stops asking
+#                            for trials in time to finish the trial in flight and its final check, and stores its
+#                            row before SECS cut it. A call cut short by SECS keeps the studies it finished, and the
+#                            next call's search_missing goes on from there
+#   study_timeout SECS N     that --timeout for N studies in SECS (for a `stage ... at search` of your own)
 #   ship KERNEL...           export this GPU's current-source rows of KERNEL from $AUTOTUNE_DB (/tmp/tuned.sqlite)
 #                            and merge them into /tmp/x/shipped.sqlite (a faster row replaces a slower one); skipped
 #                            once BUDGET is spent (`autotune db export` / `db merge` of $OUT/tuned.sqlite do it later)
@@ -66,12 +70,26 @@ keep() {
   fi
 }
 
+FINAL_SECS=${FINAL_SECS:-70}
+# What a study needs after its --timeout: the trial in flight (an attention config compiles in ~35 s on the H100's
+# host) and the final check of its best config (~25 s).
+
+study_timeout() {
+  local per=$(( $1 / $2 - FINAL_SECS ))
+  echo $(( per > 20 ? per : 20 ))
+}
+
 search_missing() {
   local kernel=$1 dtype=$2 secs=$3 shapes; shift 3
   shapes=$(python3 benchmarks/missing_presets.py "$kernel" "$dtype" "$GPU" /tmp/x/shipped.sqlite "$AUTOTUNE_DB")
   [ -z "$shapes" ] && { echo "search_missing $kernel $dtype: none missing" | tee -a /tmp/x/calls.log; return 0; }
+  local left=$(( BUDGET - ($(date +%s) - T0) ))
+  [ "$secs" -gt "$left" ] && secs=$left  # as stage will cut it
+  local timeout=(--timeout "$(study_timeout "$secs" "$(echo "$shapes" | grep -o -- '--shape' | wc -l)")")
+  case " $* " in *" --timeout "*) timeout=() ;; esac
   # shellcheck disable=SC2086  # $shapes is a list of --shape arguments
-  stage "s-$kernel-$dtype-$(date +%H%M%S)" "$secs" at search "$kernel" --gpu "$GPU" --dtype "$dtype" $shapes "$@"
+  stage "s-$kernel-$dtype-$(date +%H%M%S)" "$secs" at search "$kernel" --gpu "$GPU" --dtype "$dtype" $shapes \
+    "${timeout[@]}" "$@"
 }
 
 ship() {

@@ -67,6 +67,12 @@ def test_defaults_run_on_every_problem(p):
         ),
         (FORWARD_SPACE, dict(gqa="packed"), problem(1, 4, 64, 64), "needs grouped-query attention"),
         (FORWARD_SPACE, dict(combine="last_split"), problem(1, 4, 1, 64, nk=4096), "needs KV_SPLITS > 1"),
+        (
+            FORWARD_SPACE,
+            dict(combine="last_split", KV_SPLITS=64, BLOCK_M=16, BLOCK_N=16),
+            problem(1, 4, 1, 64, nk=4096),
+            "KV_SPLITS at most 32",
+        ),
         (FORWARD_SPACE, dict(BLOCK_N=64, num_stages=3), problem(1, 1, 64, 64, nk=60), "nothing to pipeline"),
         (BACKWARD_SPACE, dict(BLOCK_N=128, num_warps=8), problem(1, 1, 40, 64), "BLOCK_N exceeds Nq and Nk"),
         (BACKWARD_SPACE, dict(BLOCK_N=128, BLOCK_M=128, num_warps=2), problem(1, 1, 4096, 256), "values per thread"),

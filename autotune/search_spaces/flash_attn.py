@@ -33,6 +33,9 @@ STAGES = (1, 2, 3, 4, 5)
 KV_SPLITS = (1, 2, 4, 8, 16, 32, 64, 128)
 COMBINES = ("kernel", "last_split")
 """How key splits merge: a second kernel launched after them, or the split program that finishes a tile last."""
+MERGE_MAX_SPLITS = 32
+"""The most key splits combine="last_split" merges: its merge is unrolled over them (code that grows with each);
+on the H100 32 splits already merged slower than 16 (docs/kernels.md)."""
 MAX_TILE_REGISTERS = 256
 """32-bit values per thread a program's tiles may take (estimated); past this the compiler spills."""
 SHARED_MEMORY_BYTES = 227 * 1024
@@ -208,6 +211,8 @@ def _split_only_where_programs_are_few(c: Config, p: Problem) -> str | None:
 def _merge_only_splits(c: Config, p: Problem) -> str | None:
     if c["combine"] == "last_split" and c["KV_SPLITS"] == 1:
         return "combine=last_split merges key splits: it needs KV_SPLITS > 1"
+    if c["combine"] == "last_split" and c["KV_SPLITS"] > MERGE_MAX_SPLITS:
+        return f"combine=last_split unrolls its merge over the splits: KV_SPLITS at most {MERGE_MAX_SPLITS}"
     return None
 
 

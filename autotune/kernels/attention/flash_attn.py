@@ -194,7 +194,6 @@ def _combine_splits_kernel(
     tl.store(lse_ptr + (b * n_heads + qh) * nq + qi, (m_use + tl.log(total)).to(lse_ptr.dtype.element_ty), mask=r_ok)
 
 
-
 @triton.jit
 def _merge_splits(
     o_part_ptr, lse_part_ptr, o_ptr, lse_ptr, stride_ob, stride_oh, stride_om, n_heads, head_step, pack, nq,
@@ -281,7 +280,8 @@ _ARRIVALS: dict[tuple[str, int | None, int], torch.Tensor] = {}
 def _arrivals(tiles: int, device: torch.device) -> torch.Tensor:
     """At least `tiles` int32 counters at 0, for _attn_fwd_last_split_kernel: kept per device and stream, since
     every launch leaves them at 0 again, launches one after another on a stream share them (launches running at
-    once on two streams get two sets)."""
+    once on two streams get two sets; a CUDA graph keeps the set of the stream it was captured on, so two graphs
+    captured on one stream must not be replayed at once)."""
     stream = torch.cuda.current_stream(device).cuda_stream if device.type == "cuda" else 0
     key = (device.type, device.index, stream)
     held = _ARRIVALS.get(key)
