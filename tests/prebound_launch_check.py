@@ -142,6 +142,43 @@ def check() -> None:
     unplanned = ln._launcher(config, False, False, True, True, 64)[0]
     case("an unplanned launch goes through Triton", not isinstance(unplanned, Prebound))
 
+    from autotune.kernels.attention import flash_attn as fa
+    from autotune.search_spaces.flash_attn import FORWARD_SPACE
+
+    attention_kernels = (fa._attn_fwd_kernel, fa._combine_splits_kernel, fa._attn_fwd_last_split_kernel)
+    attention_runs = {kernel: [] for kernel in attention_kernels}
+    for kernel in attention_kernels:
+        kernel.run = (lambda through, seen: lambda *a, **k: seen.append(1) or through(*a, **k))(
+            kernel.run, attention_runs[kernel]
+        )
+    q = torch.randn(2, 16, 1, 64, dtype=torch.float16)
+    k, v = torch.randn(2, 4, 1024, 64, dtype=torch.float16), torch.randn(2, 4, 1024, 64, dtype=torch.float16)
+    o, lse = torch.empty_like(q), torch.empty(2, 16, 1)
+    tile = dict(BLOCK_M=16, BLOCK_N=64, num_warps=4, num_stages=2, gqa="packed", p="rounded")
+    whole = FORWARD_SPACE.with_overrides(**tile, kv_load="descriptor")
+    fa.launch(q, k, v, o, lse, False, 0.125, whole, planned=True)  # through Triton: compiles, binds
+    fa.launch(q, k, v, o, lse, False, 0.125, whole, planned=True)
+    planned_launch = LAUNCHES[-1]
+    fa.launch(q, k, v, o, lse, False, 0.125, whole)
+    case(
+        "flash_attn's planned launch hands the launcher what Triton does, binding once",
+        same_launch(planned_launch, LAUNCHES[-1]) and len(attention_runs[fa._attn_fwd_kernel]) == 2,
+        runs=len(attention_runs[fa._attn_fwd_kernel]),
+        host_us_through_triton=per_call_us(lambda: fa.launch(q, k, v, o, lse, False, 0.125, whole), calls=500),
+        host_us_planned=per_call_us(lambda: fa.launch(q, k, v, o, lse, False, 0.125, whole, planned=True), calls=500),
+    )
+    for runs_of in attention_runs.values():
+        runs_of.clear()
+    for combine in ("kernel", "last_split"):
+        split = FORWARD_SPACE.with_overrides(**tile, KV_SPLITS=4, combine=combine)
+        for _ in range(3):
+            fa.launch(q, k, v, o, lse, False, 0.125, split, planned=True)
+    case(
+        "flash_attn's key-split launches bind once (the forward, the merge kernel, the last-split kernel)",
+        all(len(runs_of) == 1 for runs_of in attention_runs.values()),
+        runs=[len(runs_of) for runs_of in attention_runs.values()],
+    )
+
 
 if __name__ == "__main__":
     hopper_compile.compile_with_given_triton(__doc__.splitlines()[0], check)

@@ -1,14 +1,15 @@
 """Run on the device (`pytest -m gpu`): the public norms with AUTOTUNE_PREBOUND=1 (their planned launches bound once,
 `autotune.kernels.common.launch.Prebound`) compute bit for bit what they compute through Triton's own launch, on
 repeated calls (the later ones prebound), after the call shape changes, on a misaligned view (which must go back
-through Triton), in each dtype, channels-last and with a residual; and the later calls do skip Triton's binding."""
+through Triton), in each dtype, channels-last and with a residual; flash_attn likewise (its Triton engine's launches,
+planned per kernel and grid); and the later calls do skip Triton's binding."""
 
 import pytest
 import torch
 import torch.nn.functional as F
 
 from autotune import runtime
-from autotune.kernels import group_norm, layer_norm, rms_norm
+from autotune.kernels import flash_attn, group_norm, layer_norm, rms_norm
 from autotune.kernels.common import launch
 
 pytestmark = pytest.mark.gpu
@@ -38,6 +39,16 @@ def _calls(dtype):
             "rms_norm + residual",  # (y, x + residual), flattened into one tensor to compare
             lambda: (rand(4096, 4096),),
             lambda x: torch.cat([t.flatten() for t in rms_norm(x, (4096,), w4096, residual=x * 0.5)]),
+        ),
+        (  # q, k and v as views of one tensor: a half batch and a misaligned copy slice all three alike
+            "flash_attn causal",
+            lambda: (rand(4, 3, 8, 256, 64),),
+            lambda x: flash_attn(x[:, 0], x[:, 1], x[:, 2], is_causal=True),
+        ),
+        (
+            "flash_attn decode, grouped heads",
+            lambda: (rand(4, 6, 2048, 64),),
+            lambda x: flash_attn(x[:, :4, :1], x[:, 4:5], x[:, 5:6], enable_gqa=True),
         ),
     ]
 

@@ -2,7 +2,7 @@
 each launch hands the compiled kernel's launcher (tests/prebound_launch_check.py): a later call at a call site hands
 it what `kernel[grid](...)` would, without Triton's per-call binding; a call the binder would specialize differently
 (a tensor's alignment, an integer, an option) goes through Triton; it is on by default, off with AUTOTUNE_PREBOUND=0;
-group_norm's and layer_norm's planned launches bind once, their unplanned ones go through Triton."""
+group_norm's, layer_norm's and flash_attn's planned launches bind once, their unplanned ones go through Triton."""
 
 import pytest
 from gpu_triton import GPU_TRITON_VERSION, run_compile_script
@@ -17,6 +17,8 @@ CASES = {
     "group_norm's planned launch binds once",
     "layer_norm's planned launch binds once",
     "an unplanned launch goes through Triton",
+    "flash_attn's planned launch hands the launcher what Triton does, binding once",
+    "flash_attn's key-split launches bind once (the forward, the merge kernel, the last-split kernel)",
     "host time per launch (us): through Triton, prebound",
 }
 

@@ -36,6 +36,7 @@ from autotune.kernels.attention.tiles import (
     widen,
 )
 from autotune.kernels.common import checks as _checks
+from autotune.kernels.common import launch as launch_
 from autotune.kernels.common import second_order as _second_order
 from autotune.kernels.common.grid import cdiv
 from autotune.kernels.common.rounding import round_to
@@ -291,10 +292,21 @@ def _arrivals(tiles: int, device: torch.device) -> torch.Tensor:
     return held
 
 
-def launch(q, k, v, o, lse, causal: bool, scale: float, config: dict, *, checked: bool = False) -> None:
+def _at(kernel, grid: tuple[int, ...], planned: bool):
+    """kernel[grid]; with `planned` (the public forward's calls) the launch kept for this kernel and grid with the
+    runtime's configs (`derived`), bound once (`launch.planned`: a later call skips Triton's binding wherever nothing
+    it specializes on changed)."""
+    if not planned:
+        return kernel[grid]
+    return _TUNED.derived(("launch", kernel, grid), lambda: launch_.planned(kernel, grid))
+
+
+def launch(q, k, v, o, lse, causal: bool, scale: float, config: dict, *, checked: bool = False,
+           planned: bool = False) -> None:
     """Attention of q (B, Hq, Nq, D) over k, v (B, Hk, Nk, D), Hq a multiple of Hk, into o (B, Hq, Nq, D)
     and the log-sum-exp lse (B, Hq, Nq, contiguous, of compute_dtype), with one config. Unit stride along D
-    is required. `checked`: the caller has asked `gluon_refuses` of this call already."""
+    is required. `checked`: the caller has asked `gluon_refuses` of this call already. `planned`: the Triton
+    engine's launches are kept bound for later calls (`_at`)."""
     if config.get("engine") == "gluon":
         return _launch_gluon(q, k, v, o, lse, causal, scale, config, checked)
     batch, heads, nq, d = q.shape
@@ -325,18 +337,19 @@ def launch(q, k, v, o, lse, causal: bool, scale: float, config: dict, *, checked
     common = (*q.stride()[:3], *k.stride()[:3], *v.stride()[:3])
     sizes = (heads, pack, group, pack, nq, nk, *score_multiplier(scale, q.dtype), split_len)
     if splits == 1:
-        _attn_fwd_kernel[grid](q, k, v, o, lse, *common, *o.stride()[:3], *sizes, SPLIT=False, **meta)
+        _at(_attn_fwd_kernel, grid, planned)(q, k, v, o, lse, *common, *o.stride()[:3], *sizes, SPLIT=False, **meta)
         return
     part = dict(dtype=compute_dtype(q.dtype), device=q.device)
     o_part = torch.empty((splits, programs, rows, d), **part)
     lse_part = torch.empty((splits, programs, rows), **part)
     if config.get("combine") == "last_split":
         arrivals = _arrivals(grid[0] * grid[1], q.device)
-        _attn_fwd_last_split_kernel[grid](q, k, v, o_part, lse_part, o, lse, arrivals, *common, *o.stride()[:3], *sizes,
-                                          SPLITS=splits, **meta)
+        _at(_attn_fwd_last_split_kernel, grid, planned)(
+            q, k, v, o_part, lse_part, o, lse, arrivals, *common, *o.stride()[:3], *sizes, SPLITS=splits, **meta
+        )
         return
-    _attn_fwd_kernel[grid](q, k, v, o_part, lse_part, *common, 0, 0, 0, *sizes, SPLIT=True, **meta)
-    _combine_splits_kernel[(cdiv(rows, COMBINE_ROWS), programs)](
+    _at(_attn_fwd_kernel, grid, planned)(q, k, v, o_part, lse_part, *common, 0, 0, 0, *sizes, SPLIT=True, **meta)
+    _at(_combine_splits_kernel, (cdiv(rows, COMBINE_ROWS), programs), planned)(
         o_part, lse_part, o, lse, *o.stride()[:3], splits, heads, pack, pack, nq,
         HEAD_DIM=d, BLOCK_D=block_d(d), BLOCK_M=COMBINE_ROWS, num_warps=4,
     )
@@ -424,7 +437,7 @@ def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, sca
         runtime.note_launch("flash_attn", config)
     else:
         config = dict(FORWARD_SPACE.default)  # nothing to compute: launch() fills or skips
-    launch(q, k, v, o, lse, causal, scale, config, checked=True)
+    launch(q, k, v, o, lse, causal, scale, config, checked=True, planned=True)
     return o, lse
 
 

@@ -15,7 +15,8 @@ outputs were bit-equal to Triton's launch (tests/test_gpu_prebound_launch_comput
 `pytest -m gpu`: 4 passed) and the public group_norm + silu's host cost fell from 77.9 to 59.5 us a call (torch:
 56.0).
 Used by the planned launches (kept per call shape) of group_norm's forward kernels that run one program per group
-and of layer_norm's and rms_norm's forward."""
+and of layer_norm's and rms_norm's forward, and by flash_attn's public forward on its Triton engine (kept per kernel
+and grid)."""
 
 from __future__ import annotations
 
