@@ -1,8 +1,9 @@
 """flash_attn forward: the correctness cases of attention (N = 1, lengths no block divides, decode against a
 long cache, causal with Nq < Nk and Nq > Nk, large logits, a custom scale, GQA, every head dim, strided
 layouts) pass the gate against float64 in fp32, fp16 and bf16 for the default and every variant (edge-only
-masks, tensor descriptors, key splits, packed GQA heads); the public function has sdpa's semantics,
-causal alignment included; the stored config is the one launched; bad arguments fail before any launch."""
+masks, tensor descriptors, key splits merged by a second kernel or by the last split program, packed GQA
+heads); the public function has sdpa's semantics, causal alignment included; the stored config is the one
+launched; bad arguments fail before any launch."""
 
 from __future__ import annotations
 
