@@ -59,3 +59,47 @@ def test_ctrl_c_ends_a_retune_with_workers_promptly(tmp_path):
     assert "returned True ['not run', 'not run']" in out
     assert took < 20, f"{took:.1f} s from Ctrl-C to exit"
     assert "Traceback" not in err and "KeyboardInterrupt" not in err, err
+
+
+STARTING_WORKER = textwrap.dedent(
+    """
+    import multiprocessing, os, pathlib, signal, sys, time
+    from autotune.engine.worker_lifetime import become_worker, starting_workers
+
+    if __name__ == "__mp_main__":  # the worker, importing this file as spawn does: a slow import, as torch's is
+        pathlib.Path(sys.argv[1]).touch()
+        time.sleep(2)
+
+    def serve():
+        become_worker()
+        print("worker served", flush=True)
+
+    if __name__ == "__main__":
+        worker = multiprocessing.get_context("spawn").Process(target=serve)
+        with starting_workers():
+            worker.start()
+        while not os.path.exists(sys.argv[1]):
+            time.sleep(0.05)
+        try:
+            os.killpg(0, signal.SIGINT)  # Ctrl-C, while the worker still imports
+            time.sleep(10)
+        except KeyboardInterrupt:
+            print("parent interrupted", flush=True)
+        worker.join(30)
+        print("worker exit code", worker.exitcode, flush=True)
+    """
+)
+
+
+def test_ctrl_c_while_a_worker_still_imports_leaves_it_running_and_silent(tmp_path):
+    script = tmp_path / "ctrl_c_during_a_worker_start.py"
+    script.write_text(STARTING_WORKER)
+    done = subprocess.run(
+        [sys.executable, str(script), str(tmp_path / "importing")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        start_new_session=True,  # the SIGINT goes to this group only
+    )
+    assert done.stdout.splitlines() == ["parent interrupted", "worker served", "worker exit code 0"], done.stderr
+    assert "Traceback" not in done.stderr and "KeyboardInterrupt" not in done.stderr, done.stderr

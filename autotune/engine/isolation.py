@@ -35,7 +35,7 @@ from autotune import gpu
 from autotune.engine.evaluate import Evaluator
 from autotune.engine.outcome import TrialOutcome
 from autotune.engine.precompile import START_TIMEOUT_S, importable_name
-from autotune.engine.worker_lifetime import become_worker
+from autotune.engine.worker_lifetime import become_worker, starting_workers
 from autotune.gate.verify import Failure, KnownFailure, VerifyResult
 from autotune.identity import Outcome, config_key
 from autotune.runtime import registry
@@ -130,7 +130,9 @@ def worker_gpu() -> gpu.GPUInfo:
 def gpu_in_subprocess() -> gpu.GPUInfo:
     """gpu.current_gpu() as a fresh process sees it."""
     with concurrent.futures.ProcessPoolExecutor(1, mp_context=_SPAWN) as pool:
-        return pool.submit(gpu.current_gpu).result(timeout=START_TIMEOUT_S)
+        with starting_workers():
+            learned = pool.submit(gpu.current_gpu)
+        return learned.result(timeout=START_TIMEOUT_S)
 
 
 class IsolatedEvaluator(Evaluator):
@@ -237,7 +239,8 @@ class _Worker:
     def __init__(self, args: tuple) -> None:
         self.conn, child = _SPAWN.Pipe()
         self.process = _SPAWN.Process(target=_serve, args=(child, *args), name=WORKER_NAME)
-        self.process.start()
+        with starting_workers():
+            self.process.start()
         child.close()  # the worker holds the only other end: its death reads as end of file here
         self.stop = weakref.finalize(self, _end, self.process, self.conn)
 

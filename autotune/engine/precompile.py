@@ -21,7 +21,7 @@ from concurrent.futures.process import BrokenProcessPool
 import cachetools
 import torch
 
-from autotune.engine.worker_lifetime import become_worker
+from autotune.engine.worker_lifetime import become_worker, starting_workers
 from autotune.gate.verify import draw_problems, tensor_bytes
 from autotune.identity import config_key, problem_key
 from autotune.space import Config, Problem
@@ -78,8 +78,10 @@ class CompilePool:
         pool = concurrent.futures.ProcessPoolExecutor(
             self.workers, mp_context=spawn, initializer=_start_worker, initargs=(spawn.Barrier(self.workers),)
         )
+        with starting_workers():  # each submit starts a worker while none is idle
+            readies = [pool.submit(_ready) for _ in range(self.workers)]
         # Every worker up before the first batch, so a batch's time limit counts compiling, not starting.
-        concurrent.futures.wait([pool.submit(_ready) for _ in range(self.workers)], timeout=START_TIMEOUT_S)
+        concurrent.futures.wait(readies, timeout=START_TIMEOUT_S)
         return pool
 
     def compile(

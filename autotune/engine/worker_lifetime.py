@@ -5,7 +5,9 @@ its CUDA context and cached GPU inputs."""
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
+import multiprocessing.resource_tracker
 import os
 import signal
 import threading
@@ -24,8 +26,26 @@ def become_worker() -> None:
         return  # no process groups (Windows): the parent's death is not watched
     # Leaving the group takes the compiler subprocesses along: an interrupted ptxas makes Triton print the whole PTX.
     os.setpgrp()
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # also drops a Ctrl-C held since the start (`starting_workers`)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
     threading.Thread(target=_end_with_parent, args=(_parent_pid(),), name="end-with-parent", daemon=True).start()
+
+
+@contextlib.contextmanager
+def starting_workers():
+    """Start worker processes inside: SIGINT is held (blocked) in this thread meanwhile, so a child spawned here
+    starts with it held, and a Ctrl-C that comes while the child still imports (before `become_worker`) cannot
+    end it with a traceback. A Ctrl-C held here reaches this thread as the block ends."""
+    if not hasattr(signal, "pthread_sigmask"):  # Windows: no signal masks, no held start
+        yield
+        return
+    # Started first: multiprocessing starts its resource tracker with the first process and unblocks SIGINT after.
+    multiprocessing.resource_tracker.ensure_running()
+    held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, held)
 
 
 def _parent_pid() -> int:
