@@ -15,10 +15,31 @@ LAUNCH_METADATA = 6  # the launcher's arguments: grid x3, stream, function, pack
 
 
 def same_launch(a: tuple, b: tuple) -> bool:
-    """The same arguments (the same objects, or equal), the launch metadata a fresh object of the same type."""
+    """The same arguments (the same objects, or equal; a buffer the call allocates: a tensor of the same dtype,
+    shape and strides), the launch metadata a fresh object of the same type."""
+    import torch
+
+    def same(x, y) -> bool:
+        if x is y:
+            return True
+        if isinstance(x, torch.Tensor) or isinstance(y, torch.Tensor):
+            return type(x) is type(y) and (x.dtype, x.shape, x.stride()) == (y.dtype, y.shape, y.stride())
+        return x == y
+
     return len(a) == len(b) and all(
-        type(x) is type(y) if i == LAUNCH_METADATA else (x is y or x == y) for i, (x, y) in enumerate(zip(a, b))
+        type(x) is type(y) if i == LAUNCH_METADATA else same(x, y) for i, (x, y) in enumerate(zip(a, b))
     )
+
+
+def per_call_us(fn, calls=2000) -> float:
+    """Host time of fn() with the stand-in driver's launcher (which records, launches nothing)."""
+    for _ in range(20):
+        fn()
+    start = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    del LAUNCHES[:]
+    return round((time.perf_counter() - start) / calls * 1e6, 2)
 
 
 def check() -> None:
@@ -68,15 +89,6 @@ def check() -> None:
         runs=fast_runs,
         arguments=len(fast),
     )
-
-    def per_call_us(fn, calls=2000):  # host time with the stand-in driver's launcher (which records, launches nothing)
-        for _ in range(20):
-            fn()
-        start = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        del LAUNCHES[:]
-        return round((time.perf_counter() - start) / calls * 1e6, 2)
 
     timed = arguments(x)
     case(
@@ -177,6 +189,95 @@ def check() -> None:
         "flash_attn's key-split launches bind once (the forward, the merge kernel, the last-split kernel)",
         all(len(runs_of) == 1 for runs_of in attention_runs.values()),
         runs=[len(runs_of) for runs_of in attention_runs.values()],
+    )
+
+    kept_launches(case)
+
+
+def kept_launches(case) -> None:
+    """The public calls' kept launches (`launch.kept`) of rope, the norms' backward and gated_mlp's backward step:
+    each binds once, and a later call hands the launcher what Triton's own launch hands it."""
+    import torch
+
+    from autotune.kernels.gemm import gated_backward as gb
+    from autotune.kernels.norm import layer_norm_backward as lnb
+    from autotune.kernels.rope import kernel as rope
+    from autotune.kernels.rope import rotary
+
+    def through_triton_runs(*kernels):
+        runs = {kernel: [] for kernel in kernels}
+        for kernel in kernels:
+            kernel.run = (lambda through, seen: lambda *a, **k: seen.append(1) or through(*a, **k))(
+                kernel.run, runs[kernel]
+            )
+        return runs
+
+    def check_kept(name, kernels, call):
+        """call(kept) three times with the kept launches, then once through Triton: its launches compared. A kernel
+        runs through Triton at most once in the three (none where an earlier case bound it on the same grid)."""
+        runs = through_triton_runs(*kernels)
+        for _ in range(3):
+            del LAUNCHES[:]
+            call(True)
+        kept, kept_runs = list(LAUNCHES), [len(seen) for seen in runs.values()]
+        del LAUNCHES[:]
+        call(False)
+        case(
+            f"{name}: the kept launches bind once and hand the launcher what Triton does",
+            len(kept) == len(LAUNCHES) == len(kernels)
+            and all(same_launch(a, b) for a, b in zip(kept, LAUNCHES))
+            and all(n <= 1 and len(seen) == n + 1 for n, seen in zip(kept_runs, runs.values())),
+            launches=len(kept),
+            runs_kept=kept_runs,
+            host_us_through_triton=per_call_us(lambda: call(False), calls=500),
+            host_us_kept=per_call_us(lambda: call(True), calls=500),
+        )
+
+    q, k = torch.randn(1, 8, 128, 64, dtype=torch.float16), torch.randn(1, 2, 128, 64, dtype=torch.float16)
+    cos, sin = torch.randn(1, 128, 64, dtype=torch.float16), torch.randn(1, 128, 64, dtype=torch.float16)
+    q_out, k_out = torch.empty_like(q), torch.empty_like(k)
+    for variant in ("loop", "split"):
+        config = {"variant": variant, "BLOCK_H": 2, "num_warps": 2, "num_stages": 1}
+        for backward in (False, True):
+            check_kept(
+                f"rope ({variant}, {'backward' if backward else 'forward'})",
+                [rope._rope_kernel],
+                lambda kept: rope.launch(
+                    q, k, cos, sin, q_out, k_out, config, backward=backward, table=rotary._TUNED if kept else None
+                ),
+            )
+
+    rows, cols = 256, 512
+    dy, x = torch.randn(rows, cols, dtype=torch.float16), torch.randn(rows, cols, dtype=torch.float16)
+    weight, dx, dw = torch.randn(cols, dtype=torch.float16), torch.empty_like(x), torch.empty(cols, dtype=torch.float16)
+    for kernel_name, kernel in (
+        ("tiles", lnb.tiles_._norm_backward_tiles_kernel),
+        ("tiles_ahead", lnb.ahead_._norm_backward_tiles_ahead_kernel),
+    ):
+        config = {
+            "kernel": kernel_name,
+            "variant": "partials",
+            "BLOCK_N": 512,
+            "BLOCK_M": 2,
+            "READS": 1,
+            "PROGRAMS_PER_SM": 1,
+            "num_warps": 4,
+            "num_stages": 1,
+        }
+        check_kept(
+            f"rms_norm backward ({kernel_name}) and its sum of partials",
+            [kernel, lnb._sum_partials_kernel],
+            lambda kept: lnb.launch_rows(
+                dy, x, weight, None, None, dx, dw, None, 1e-6, True, config, table=lnb._TUNED[True] if kept else None
+            ),
+        )
+
+    dh, gu = torch.randn(64, 256, dtype=torch.float16), torch.randn(64, 512, dtype=torch.float16)
+    dgu = torch.empty_like(gu)
+    check_kept(
+        "gated_mlp's backward step",
+        [gb._gated_backward_kernel],
+        lambda kept: gb._launch(dh, gu, dgu, "silu", {"BLOCK": 128, "num_warps": 4}, table=gb._TUNED if kept else None),
     )
 
 

@@ -2,19 +2,35 @@
 `autotune.kernels.common.launch.Prebound`) compute bit for bit what they compute through Triton's own launch, on
 repeated calls (the later ones prebound), after the call shape changes, on a misaligned view (which must go back
 through Triton), in each dtype, channels-last and with a residual; flash_attn likewise (its Triton engine's launches,
-planned per kernel and grid); and the later calls do skip Triton's binding."""
+planned per kernel and grid), and the backward launches kept per kernel and grid (rms_norm's, rope's, gated_mlp's
+elementwise step) in a forward and backward through autograd; and the later calls do skip Triton's binding."""
 
 import pytest
 import torch
 import torch.nn.functional as F
 
 from autotune import runtime
-from autotune.kernels import flash_attn, group_norm, layer_norm, rms_norm
+from autotune.kernels import flash_attn, gated_mlp, group_norm, layer_norm, rms_norm
 from autotune.kernels.common import launch
+from autotune.kernels.rope import rope
 
 pytestmark = pytest.mark.gpu
 
 DTYPES = [torch.bfloat16, torch.float16, torch.float32]
+
+
+def _trained(fn, *params):
+    """x -> fn(x, *params)'s outputs and the gradients of x and params from a fixed output gradient, flattened into
+    one tensor to compare."""
+
+    def call(x):
+        leaves = [t.detach().requires_grad_() for t in (x, *params)]  # x's view (misaligned, sliced) kept
+        outputs = fn(*leaves)
+        outputs = outputs if isinstance(outputs, tuple) else (outputs,)
+        grads = torch.autograd.grad(outputs, leaves, [o.detach().cos() for o in outputs])
+        return torch.cat([t.detach().flatten() for t in (*outputs, *grads)])
+
+    return call
 
 
 def _calls(dtype):
@@ -25,6 +41,8 @@ def _calls(dtype):
         return torch.randn(*shape, device="cuda", dtype=dtype, generator=g)
 
     w320, b320, w4096 = rand(320), rand(320), rand(4096)
+    cos, sin = rand(1, 512, 64), rand(1, 512, 64)
+    w_gate, w_up, w_down = rand(1024, 512) * 0.05, rand(1024, 512) * 0.05, rand(512, 1024) * 0.05
     return [
         ("group_norm silu", lambda: (rand(2, 320, 64, 64),), lambda x: group_norm(x, 32, w320, b320, 1e-5, "silu")),
         (
@@ -49,6 +67,21 @@ def _calls(dtype):
             "flash_attn decode, grouped heads",
             lambda: (rand(4, 6, 2048, 64),),
             lambda x: flash_attn(x[:, :4, :1], x[:, 4:5], x[:, 5:6], enable_gqa=True),
+        ),
+        (  # y and dx: a row's dw is summed by atomics in some rows' configs, in no fixed order
+            "rms_norm forward and backward",
+            lambda: (rand(2048, 4096),),
+            lambda x: _trained(lambda x, w: rms_norm(x, (4096,), w), w4096)(x)[: 2 * x.numel()],
+        ),
+        (
+            "rope forward and backward, grouped heads",
+            lambda: (rand(2, 10, 512, 64),),
+            _trained(lambda x: rope(x[:, :8], x[:, 8:], cos, sin)),
+        ),
+        (
+            "gated_mlp forward and backward",
+            lambda: (rand(256, 512),),
+            _trained(lambda x, wg, wu, wd: gated_mlp(x, wg, wu, wd), w_gate, w_up, w_down),
         ),
     ]
 

@@ -2,7 +2,9 @@
 each launch hands the compiled kernel's launcher (tests/prebound_launch_check.py): a later call at a call site hands
 it what `kernel[grid](...)` would, without Triton's per-call binding; a call the binder would specialize differently
 (a tensor's alignment, an integer, an option) goes through Triton; it is on by default, off with AUTOTUNE_PREBOUND=0;
-group_norm's, layer_norm's and flash_attn's planned launches bind once, their unplanned ones go through Triton."""
+group_norm's, layer_norm's and flash_attn's planned launches bind once, their unplanned ones go through Triton; the
+kept launches of rope's forward and backward, the norms' backward and gated_mlp's backward step bind once and hand
+the launcher what Triton's launch does."""
 
 import pytest
 from gpu_triton import GPU_TRITON_VERSION, run_compile_script
@@ -20,6 +22,17 @@ CASES = {
     "flash_attn's planned launch hands the launcher what Triton does, binding once",
     "flash_attn's key-split launches bind once (the forward, the merge kernel, the last-split kernel)",
     "host time per launch (us): through Triton, prebound",
+    *(
+        f"rope ({variant}, {way}): the kept launches bind once and hand the launcher what Triton does"
+        for variant in ("loop", "split")
+        for way in ("forward", "backward")
+    ),
+    *(
+        f"rms_norm backward ({kernel}) and its sum of partials: the kept launches bind once and hand the launcher "
+        "what Triton does"
+        for kernel in ("tiles", "tiles_ahead")
+    ),
+    "gated_mlp's backward step: the kept launches bind once and hand the launcher what Triton does",
 }
 
 

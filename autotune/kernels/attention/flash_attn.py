@@ -296,9 +296,7 @@ def _at(kernel, grid: tuple[int, ...], planned: bool):
     """kernel[grid]; with `planned` (the public forward's calls) the launch kept for this kernel and grid with the
     runtime's configs (`derived`), bound once (`launch.planned`: a later call skips Triton's binding wherever nothing
     it specializes on changed)."""
-    if not planned:
-        return kernel[grid]
-    return _TUNED.derived(("launch", kernel, grid), lambda: launch_.planned(kernel, grid))
+    return launch_.kept(_TUNED if planned else None, kernel, grid)
 
 
 def launch(q, k, v, o, lse, causal: bool, scale: float, config: dict, *, checked: bool = False,

@@ -15,8 +15,9 @@ outputs were bit-equal to Triton's launch (tests/test_gpu_prebound_launch_comput
 `pytest -m gpu`: 4 passed) and the public group_norm + silu's host cost fell from 77.9 to 59.5 us a call (torch:
 56.0).
 Used by the planned launches (kept per call shape) of group_norm's forward kernels that run one program per group
-and of layer_norm's and rms_norm's forward, and by flash_attn's public forward on its Triton engine (kept per kernel
-and grid)."""
+and of layer_norm's and rms_norm's forward, and by the launches public calls keep per kernel and grid (`kept`):
+flash_attn's forward on its Triton engine, rope's forward and backward, the norms' backward, gated_mlp's backward
+elementwise step."""
 
 from __future__ import annotations
 
@@ -48,6 +49,15 @@ def planned(kernel: Any, grid: tuple[int, ...]) -> Any:
     """The launch a plan keeps for later calls of kernel on grid: `Prebound` where `enabled()`, else kernel[grid]
     itself (nothing in front of Triton's launch)."""
     return Prebound(kernel, grid) if enabled() else kernel[tuple(grid)]
+
+
+def kept(table: Any, kernel: Any, grid: tuple[int, ...]) -> Any:
+    """How a public call launches kernel on grid: the `planned` launch kept with the configs of `table` (a runtime
+    table: its `derived`, forgotten with them), so a later call on that grid reuses its binding; None (the gate's
+    and the search's launches): kernel[grid], Triton's own."""
+    if table is None:
+        return kernel[grid]
+    return table.derived(("launch", kernel, grid), lambda: planned(kernel, grid))
 
 
 def _guard(args: Sequence[Any]) -> tuple:

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from autotune import runtime
 from autotune.gate.strategies import sizes_in_classes, steered_classes
+from autotune.kernels.common import launch as launch_
 from autotune.kernels.common.grid import cdiv
 from autotune.kernels.gemm import gemm as _gemm
 from autotune.kernels.gemm.gated import _gated_backward_kernel, activation_slope
@@ -30,14 +31,18 @@ GATE_SCALES = {"normal": 1.0, "small": 1e-4, "large": 1e3}
 scale of 1, so du = dh * act(g) stays in float16's range)."""
 
 
-def _launch(dh: torch.Tensor, gu: torch.Tensor, dgu: torch.Tensor, activation: str, config: dict) -> None:
-    """[dg | du] into the contiguous (m, 2h) dgu from dh (m, h) (any strides) and the contiguous [g | u]."""
+def _launch(dh: torch.Tensor, gu: torch.Tensor, dgu: torch.Tensor, activation: str, config: dict,
+            table=None) -> None:
+    """[dg | du] into the contiguous (m, 2h) dgu from dh (m, h) (any strides) and the contiguous [g | u]. table: a
+    public call's runtime table, whose kept launch binds once (`launch.kept`)."""
     m, h = dh.shape
     if m * h == 0:
         return
     block = config["BLOCK"]
-    _gated_backward_kernel[(m, cdiv(h, block))](dh, gu, dgu, h, *dh.stride(), ACTIVATION=_gemm.ACTIVATIONS[activation],
-                                                BLOCK=block, num_warps=config["num_warps"])
+    launch_.kept(table, _gated_backward_kernel, (m, cdiv(h, block)))(
+        dh, gu, dgu, h, *dh.stride(), ACTIVATION=_gemm.ACTIVATIONS[activation], BLOCK=block,
+        num_warps=config["num_warps"],
+    )
 
 
 def gates_backward(dh: torch.Tensor, gu: torch.Tensor, activation: str) -> torch.Tensor:
@@ -49,7 +54,7 @@ def gates_backward(dh: torch.Tensor, gu: torch.Tensor, activation: str) -> torch
         config = _TUNED.lookup(dh.dtype, (m, h), lambda: bucket({"m": m, "h": h}),
                                lambda: {"m": m, "h": h, "activation": activation})
         runtime.note_launch(SPEC.name, config)
-        _launch(dh, gu, dgu, activation, config)
+        _launch(dh, gu, dgu, activation, config, table=_TUNED)
     return dgu
 
 

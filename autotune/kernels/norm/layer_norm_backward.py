@@ -29,6 +29,7 @@ import triton
 import triton.language as tl
 
 from autotune import gpu, runtime
+from autotune.kernels.common import launch as launch_
 from autotune.kernels.common.grid import cdiv
 from autotune.kernels.common.rounding import round_to
 from autotune.kernels.norm import layer_norm_backward_tiles as tiles_
@@ -190,10 +191,11 @@ def _sm_count() -> int:
     return gpu.current_gpu().sm_count or INTERPRETER_SMS
 
 
-def launch_rows(dy, x, weight, mean, dh, dx, dw, db, eps: float, rms: bool, config: dict) -> None:
+def launch_rows(dy, x, weight, mean, dh, dx, dw, db, eps: float, rms: bool, config: dict, table=None) -> None:
     """Gradients of the norm of the (rows, N) x into dx (rows, N) and the flat dw, db (None: no such
     parameter), with one config. dy, x, dh, dx have unit column stride; mean (2, rows) holds each row's
-    mean as the sum of its two rows, as the forward saves it (unused by rms_norm)."""
+    mean as the sum of its two rows, as the forward saves it (unused by rms_norm). table: a public call's
+    runtime table, whose kept launches bind once (`launch.kept`)."""
     n_rows, n_cols = x.shape
     if n_rows == 0:
         for grad in (dw, db):
@@ -246,20 +248,22 @@ def launch_rows(dy, x, weight, mean, dh, dx, dw, db, eps: float, rms: bool, conf
         tile = dict(ACC=tiles_.TL_DTYPES[tiles_.accumulator(x.dtype)], FINE=tiles_.fine(x.dtype, grad_dtypes),
                     BLOCK_M=block_m)  # fmt: skip
     if ahead:
-        ahead_._norm_backward_tiles_ahead_kernel[(programs,)](*args, **common, **tile, HAS_DH=dh is not None)
+        launch_.kept(table, ahead_._norm_backward_tiles_ahead_kernel, (programs,))(
+            *args, **common, **tile, HAS_DH=dh is not None
+        )
     elif early:
-        early_._norm_backward_tiles_early_kernel[(programs,)](*args, **common, **tile)
+        launch_.kept(table, early_._norm_backward_tiles_early_kernel, (programs,))(*args, **common, **tile)
     elif tiles:
-        tiles_._norm_backward_tiles_kernel[(programs,)](*args, **tile, **meta)
+        launch_.kept(table, tiles_._norm_backward_tiles_kernel, (programs,))(*args, **tile, **meta)
     else:
-        _norm_backward_kernel[(programs,)](*args, **meta)
+        launch_.kept(table, _norm_backward_kernel, (programs,))(*args, **meta)
     if atomic:
         for grad, buf in ((dw, dw_buf), (db, db_buf)):
             if grad is not None:
                 grad.copy_(buf)
     elif dw is not None or db is not None:
         cols = max(SUM_MIN_COLS, next_pow2(cdiv(n_cols, SUM_MAX_PROGRAMS)))
-        _sum_partials_kernel[(cdiv(n_cols, cols),)](
+        launch_.kept(table, _sum_partials_kernel, (cdiv(n_cols, cols),))(
             dx if dw_buf is None else dw_buf, dx if db_buf is None else db_buf,
             dx if dw is None else dw, dx if db is None else db, programs, n_cols,
             HAS_WEIGHT=dw is not None, HAS_BIAS=db is not None, BLOCK_PARTS=max(1, SUM_TILE // cols), BLOCK_COLS=cols,
@@ -364,7 +368,8 @@ def backward_rows(dy, x, weight, bias, mean, dh, eps: float, rms: bool):
         )
         runtime.note_launch(("rms_norm" if rms else "layer_norm") + "_backward", config)
         launch_rows(unit_stride(dy), unit_stride(x), weight, None if rms else mean, unit_stride(dh), dx,
-                    dw if weight is not None else None, db if bias is not None else None, eps, rms, config)
+                    dw if weight is not None else None, db if bias is not None else None, eps, rms, config,
+                    table=_TUNED[rms])
     return dx, dw, db
 
 

@@ -12,6 +12,7 @@ import torch
 import triton
 import triton.language as tl
 
+from autotune.kernels.common import launch as launch_
 from autotune.kernels.common.grid import cdiv
 from autotune.kernels.common.rounding import round_to
 from autotune.search_spaces.rope import half_block
@@ -100,10 +101,11 @@ def _unit_stride(t: torch.Tensor) -> torch.Tensor:
     return t if t.stride(-1) == 1 or t.shape[-1] <= 1 else t.contiguous()
 
 
-def launch(q, k, cos, sin, q_out, k_out, config: dict, *, backward: bool) -> None:
+def launch(q, k, cos, sin, q_out, k_out, config: dict, *, backward: bool, table=None) -> None:
     """Rotate q (B, H, N, D) and k (B, Hk, N, D) into q_out and k_out (same shapes, any strides with a unit-stride
     head dim) by cos and sin (1 or B, N, D) with one config; backward: the transposed rotation (dq, dk from the
-    outputs' gradients). Inputs whose head dim is not unit-stride are copied."""
+    outputs' gradients). Inputs whose head dim is not unit-stride are copied. table: a public call's runtime
+    table, whose kept launch binds once (`launch.kept`)."""
     batch, heads, seq, head_dim = q.shape
     kv_heads = k.shape[1]
     if batch * seq == 0 or heads + kv_heads == 0 or head_dim == 0:
@@ -112,7 +114,7 @@ def launch(q, k, cos, sin, q_out, k_out, config: dict, *, backward: bool) -> Non
     block_h = config["BLOCK_H"]
     split = config["variant"] == "split"
     grid = (batch * seq, cdiv(heads, block_h) + cdiv(kv_heads, block_h)) if split else (batch * seq,)
-    _rope_kernel[grid](
+    launch_.kept(table, _rope_kernel, grid)(
         q, k, cos, sin, q_out, k_out, seq, heads, kv_heads, head_dim // 2,
         q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2),
         q_out.stride(0), q_out.stride(1), q_out.stride(2), k_out.stride(0), k_out.stride(1), k_out.stride(2),

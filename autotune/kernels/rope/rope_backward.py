@@ -64,5 +64,6 @@ def backward(dq_out: torch.Tensor, dk_out: torch.Tensor, cos: torch.Tensor, sin:
         dk_out = dk_out.to(dq_out.dtype)
     dq, dk = torch.empty_like(dq_out), torch.empty_like(dk_out)
     if dq.numel() or dk.numel():
-        kernel.launch(dq_out, dk_out, cos, sin, dq, dk, config_for(_TUNED, SPEC.name, dq_out, dk_out), backward=True)
+        config = config_for(_TUNED, SPEC.name, dq_out, dk_out)
+        kernel.launch(dq_out, dk_out, cos, sin, dq, dk, config, backward=True, table=_TUNED)
     return dq, dk

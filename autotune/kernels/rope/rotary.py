@@ -49,7 +49,8 @@ def forward(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tens
     projection's output stays one), else packed. Arguments already checked."""
     q_out, k_out = torch.empty_like(q), torch.empty_like(k)
     if q.numel() or k.numel():
-        kernel.launch(q, k, cos, sin, q_out, k_out, backward_.config_for(_TUNED, SPEC.name, q, k), backward=False)
+        config = backward_.config_for(_TUNED, SPEC.name, q, k)
+        kernel.launch(q, k, cos, sin, q_out, k_out, config, backward=False, table=_TUNED)
     return q_out, k_out
 
 
