@@ -1,6 +1,7 @@
 import csv
 import io
 import json
+import pathlib
 import sqlite3
 
 import pytest
@@ -11,6 +12,8 @@ import autotune.kernels.vector_add.add as vector_add
 from autotune import gpu
 from autotune.cli import main
 from autotune.db import ConfigStore
+
+SHIPPED = str(pathlib.Path(autotune.__file__).parent / "db" / "shipped.sqlite")
 
 
 @pytest.fixture
@@ -42,12 +45,31 @@ def test_bad_arguments_are_one_clear_line_not_a_traceback(cli):
         (["search", "vector_add", "--shape", "12xfoo", "--trials", "1"], "expected sizes separated by 'x'"),
         (["search", "vector_add", "--warm-start", '{"BLOCK_SIZE": 3}'], "BLOCK_SIZE=3 is not one of"),
         (["search", "vector_add", "--warm-start", "[256, 4]"], "expected a JSON object"),
+        (["search", "vector_add", "--trials", "0"], "Invalid value for '--trials'"),
+        (["search", "vector_add", "--examples", "-1"], "Invalid value for '--examples'"),
+        (["search", "vector_add", "--timeout", "0"], "Invalid value for '--timeout'"),
+        (["verify", "vector_add", "--examples", "0"], "Invalid value for '--examples'"),
+        (["retune", "--trials", "0"], "Invalid value for '--trials'"),
+        (["retune", "--examples", "0"], "Invalid value for '--examples'"),
+        (
+            ["db", "export", "--gpu", "H100", "--db", SHIPPED, "-o", "/no/such/folder/x.sqlite"],
+            "cannot write /no/such/folder/x.sqlite",
+        ),
+        (["search", "vector_add", "--storage", "nosuch://x"], "storage nosuch://x: Can't load plugin"),
+        (
+            ["search", "vector_add", "--storage", "/no/such/folder/j.log"],
+            "no folder /no/such/folder to keep the journal",
+        ),
+        (  # no server there: said, the password masked
+            ["search", "vector_add", "--storage", "postgresql://u:secret@127.0.0.1:1/db"],
+            "storage postgresql://u:***@127.0.0.1:1/db: (psycopg.OperationalError)",
+        ),
     ]
     for args, message in cases:
         result = cli.invoke(main, args)
         assert result.exit_code != 0, args
         assert message in result.output, (args, result.output)
-        assert "Traceback" not in result.output
+        assert "Traceback" not in result.output and "secret" not in result.output
 
 
 def test_search_then_query_shows_the_stored_row_in_every_format(cli, user_db):
@@ -190,3 +212,32 @@ def test_search_tries_the_warm_start_configs_given_right_after_the_default(cli, 
         tried = [json.loads(t.config_json) for t in sorted(store.trials(kernel="vector_add"), key=lambda t: t.number)]
     default = vector_add.SPACE.default
     assert tried == [default, {**default, "BLOCK_SIZE": 256, "num_warps": 2}, {**default, "BLOCK_SIZE": 8192}]
+
+
+@pytest.mark.parametrize(
+    "options, message",
+    [
+        ({"trials": 0}, "trials must be an integer >= 1, got 0"),
+        ({"examples": -3}, "examples must be an integer >= 1, got -3"),
+        ({"final_examples": 2.5}, "final_examples must be an integer >= 1, got 2.5"),
+        ({"timeout": -1.0}, "timeout must be a number of seconds > 0"),
+        ({"max_numel": 0}, "max_numel must be an integer >= 1"),
+    ],
+)
+def test_search_options_out_of_range_are_refused_naming_the_argument(options, message):
+    from autotune.engine.plan import SearchOptions
+
+    with pytest.raises(ValueError, match=message):
+        SearchOptions(**options)
+
+
+def test_library_verify_refuses_a_negative_number_of_examples_and_takes_zero_as_the_extra_problems_only():
+    import torch
+
+    from autotune.gate.verify import verify
+
+    spec = autotune.get("vector_add")
+    with pytest.raises(ValueError, match="examples must be an integer >= 0"):
+        verify(spec, dict(spec.space.default), torch.float32, examples=-1)
+    only_extra = verify(spec, dict(spec.space.default), torch.float32, examples=0, extra_problems=[{"shape": [1000]}])
+    assert only_extra.passed and only_extra.examples == 1

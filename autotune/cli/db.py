@@ -50,6 +50,8 @@ def db_export(gpu_name: str, output: str, kernel: str | None, db_url: str | None
             )
         except FileExistsError:
             raise click.ClickException(f"{output} exists; choose a new file") from None
+        except OSError as exc:  # no such folder, no permission
+            raise click.ClickException(f"cannot write {output}: {exc.strerror or exc}") from None
     click.echo(f"exported {n} row(s) for {gpu_name} to {output}")
 
 
@@ -80,6 +82,8 @@ def _export_portable(
         raise click.ClickException(str(exc)) from None
     except FileExistsError:
         raise click.ClickException(f"{output} exists; choose a new file") from None
+    except OSError as exc:  # no such folder, no permission
+        raise click.ClickException(f"cannot write {output}: {exc.strerror or exc}") from None
     click.echo(f"exported {len(rows)} config(s) of {spec.name} on {gpu_name} to {output} ({fmt})")
 
 

@@ -28,6 +28,7 @@ from autotune.spec import DTYPE_NAMES, shape_label
     "--examples",
     default=100,
     show_default=True,
+    type=click.IntRange(min=1),
     help="Distinct Hypothesis problems per dtype that the config applies to.",
 )
 @click.option("--seed", default=0, show_default=True)
@@ -87,9 +88,10 @@ def verify(kernel: str, config_json: str | None, dtypes: tuple[str, ...], exampl
     "--trials",
     default=50,
     show_default=True,
+    type=click.IntRange(min=1),
     help="Distinct configs evaluated per study (repeats and configs the constraints reject not counted).",
 )
-@click.option("--timeout", type=float, help="Seconds per study.")
+@click.option("--timeout", type=click.FloatRange(min=0, min_open=True), help="Seconds per study.")
 @click.option("--sampler", type=click.Choice(["tpe", "gp", "random", "grid"]), default="tpe", show_default=True)
 @click.option("--db", "db_url", help="Config database: path or SQLAlchemy URL (default: $AUTOTUNE_DB or ~/.cache).")
 @click.option(
@@ -106,6 +108,7 @@ def verify(kernel: str, config_json: str | None, dtypes: tuple[str, ...], exampl
     "--examples",
     default=20,
     show_default=True,
+    type=click.IntRange(min=1),
     help="Distinct Hypothesis problems per trial that its config applies to.",
 )
 @click.option(
@@ -280,9 +283,19 @@ def search(
     "--dtype", "dtypes", multiple=True, help="Only this dtype (repeatable; default: every one each kernel supports)."
 )
 @click.option(
-    "--trials", default=1000, show_default=True, help="Most trials per study (the budget usually ends it first)."
+    "--trials",
+    default=1000,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="Most trials per study (the budget usually ends it first).",
 )
-@click.option("--examples", default=20, show_default=True, help="Distinct problems each trial's config is verified on.")
+@click.option(
+    "--examples",
+    default=20,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="Distinct problems each trial's config is verified on.",
+)
 @click.option(
     "--final-examples",
     default=100,

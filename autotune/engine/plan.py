@@ -5,15 +5,18 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import optuna
+import sqlalchemy.exc
 import torch
 
 from autotune import gpu
 from autotune.db import ConfigStore
+from autotune.db.connect import masked_url
 from autotune.engine import isolation
 from autotune.engine.outcome import TrialOutcome, evaluated
 from autotune.engine.precompile import importable_name
@@ -70,6 +73,21 @@ class SearchOptions:
     cold: bool = False
     on_trial: Callable[[TrialOutcome, float | None], None] | None = None
     on_final_check: Callable[[Config, VerifyResult, float], None] | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("trials", "examples", "final_examples", "heartbeat_s"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+        timeout = self.timeout  # trial_timeout: checked where isolation is decided
+        if timeout is not None and (
+            isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0
+        ):
+            raise ValueError(f"timeout must be a number of seconds > 0 (or None), got {timeout!r}")
+        if self.max_numel is not None and (
+            isinstance(self.max_numel, bool) or not isinstance(self.max_numel, int) or self.max_numel < 1
+        ):
+            raise ValueError(f"max_numel must be an integer >= 1 (or None), got {self.max_numel!r}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -215,19 +233,27 @@ def open_storage(url: str, *, heartbeat_s: int | None = None) -> optuna.storages
     if not isinstance(url, str) or not url:
         raise ValueError(f"storage must be a SQLAlchemy URL or a journal file path, got {url!r}")
     if "://" not in url:
+        folder = os.path.dirname(os.path.abspath(url))
+        if not os.path.isdir(folder):
+            raise ValueError(f"storage {url!r}: no folder {folder} to keep the journal file in")
         return optuna.storages.JournalStorage(optuna.storages.journal.JournalFileBackend(url))
-    if heartbeat_s is None:
-        return optuna.storages.RDBStorage(url)
-    if heartbeat_s < 1:
-        raise ValueError(f"heartbeat_s must be a whole number of seconds >= 1, got {heartbeat_s!r}")
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-        return optuna.storages.RDBStorage(
-            url,
+    heartbeats: dict[str, Any] = {}
+    if heartbeat_s is not None:
+        if heartbeat_s < 1:
+            raise ValueError(f"heartbeat_s must be a whole number of seconds >= 1, got {heartbeat_s!r}")
+        heartbeats = dict(
             heartbeat_interval=heartbeat_s,
             grace_period=GRACE_HEARTBEATS * heartbeat_s,
             heartbeat_stale_trial_callback=optuna.storages.RetryHeartbeatStaleTrialCallback(max_retry=MAX_RETRIES),
         )
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            return optuna.storages.RDBStorage(url, **heartbeats)
+    except (sqlalchemy.exc.ArgumentError, sqlalchemy.exc.OperationalError, ImportError) as exc:
+        # No such dialect or driver (its extra not installed), no server there: the URL said, password masked.
+        why = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise ValueError(f"storage {masked_url(url)}: {why}") from None
 
 
 def plan_of(study: optuna.Study) -> StudyPlan:
@@ -253,8 +279,6 @@ def create_study(
     grid sampler every config the constraints allow."""
     if options.sampler not in SAMPLERS:
         raise ValueError(f"sampler {options.sampler!r} is not one of {list(SAMPLERS)}")
-    if options.trials < 1:
-        raise ValueError(f"trials must be >= 1, got {options.trials}")
     key = row_key(spec, info, dtype, problem)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     study = optuna.create_study(

@@ -299,6 +299,8 @@ def draw_problems(
 def _minimal_failing(checks: _Checks, strategy: SearchStrategy, examples: int, seed: int | None) -> Problem | None:
     """The shrunk failing problem of the first Hypothesis run that finds one, or None when `examples`
     distinct problems were drawn (or no more could be) and none failed."""
+    if examples <= 0:
+        return None
     asked = examples
     for run in range(HYPOTHESIS_RUNS):
         before, draws_before = len(checks.drawn), checks.draws
@@ -333,7 +335,7 @@ def verify(
     known_failures: Sequence[KnownFailure] = (),
     on_check: OnCheck | None = None,
 ) -> VerifyResult:
-    """Check config on `extra_problems`, then on `examples` distinct Hypothesis problems; shrink a failure.
+    """Check config on `extra_problems`, then on `examples` distinct Hypothesis problems (0: none); shrink a failure.
     With `extra_first=False` the Hypothesis problems come first, so that a failure found among them is
     reported shrunk, not as the extra problem (often a large one) that fails too. Shrinking runs new
     problems for `shrink_seconds` after the first failure, then settles on the smallest failure it ran.
@@ -348,6 +350,8 @@ def verify(
     `on_check` hears each distinct problem as its check ends (those Hypothesis runs while shrinking a failure
     included): a caller's progress.
     """
+    if isinstance(examples, bool) or not isinstance(examples, int) or examples < 0:
+        raise ValueError(f"examples must be an integer >= 0 (0: the extra and known problems only), got {examples!r}")
     config = spec.space.validate(config)
     checks = _Checks(spec, config, dtype, seed or 0, cache or ReferenceCache(), shrink_seconds, on_check)
 
