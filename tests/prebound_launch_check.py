@@ -206,16 +206,18 @@ def kept_launches(case) -> None:
 
     def through_triton_runs(*kernels):
         runs = {kernel: [] for kernel in kernels}
-        for kernel in kernels:
+        for kernel in runs:
             kernel.run = (lambda through, seen: lambda *a, **k: seen.append(1) or through(*a, **k))(
                 kernel.run, runs[kernel]
             )
         return runs
 
     def check_kept(name, kernels, call):
-        """call(kept) three times with the kept launches, then once through Triton: its launches compared. A kernel
-        runs through Triton at most once in the three (none where an earlier case bound it on the same grid)."""
+        """call(kept) three times with the kept launches, then once through Triton: its launches (`kernels`, in
+        order) compared. A kernel runs through Triton at most once a launch in the three (none where an earlier
+        case bound it on the same grid)."""
         runs = through_triton_runs(*kernels)
+        launches_of = [kernels.count(kernel) for kernel in runs]
         for _ in range(3):
             del LAUNCHES[:]
             call(True)
@@ -226,7 +228,7 @@ def kept_launches(case) -> None:
             f"{name}: the kept launches bind once and hand the launcher what Triton does",
             len(kept) == len(LAUNCHES) == len(kernels)
             and all(same_launch(a, b) for a, b in zip(kept, LAUNCHES))
-            and all(n <= 1 and len(seen) == n + 1 for n, seen in zip(kept_runs, runs.values())),
+            and all(n <= per and len(seen) == n + per for n, per, seen in zip(kept_runs, launches_of, runs.values())),
             launches=len(kept),
             runs_kept=kept_runs,
             host_us_through_triton=per_call_us(lambda: call(False), calls=500),
@@ -269,6 +271,27 @@ def kept_launches(case) -> None:
             [kernel, lnb._sum_partials_kernel],
             lambda kept: lnb.launch_rows(
                 dy, x, weight, None, None, dx, dw, None, 1e-6, True, config, table=lnb._TUNED[True] if kept else None
+            ),
+        )
+
+    from autotune.kernels.attention import flash_attn_backward as fab
+    from autotune.search_spaces.flash_attn import BACKWARD_SPACE
+
+    q, k, v = (torch.randn(1, 4, 256, 64, dtype=torch.float16) for _ in range(3))
+    o, do, lse = torch.randn_like(q), torch.randn_like(q), torch.randn(1, 4, 256)
+    dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+    for delta, kernels in (
+        ("recomputed", [fab._attn_bwd_query_kernel, fab._attn_bwd_dkdv_kernel, fab._attn_bwd_query_kernel]),
+        ("output", [fab._delta_kernel, fab._attn_bwd_dkdv_kernel, fab._attn_bwd_query_kernel]),
+    ):
+        config = BACKWARD_SPACE.with_overrides(
+            BLOCK_M=32, BLOCK_N=64, num_warps=4, num_stages=1, dq="separate", delta=delta
+        )
+        check_kept(
+            f"flash_attn backward (delta {delta})",
+            kernels,
+            lambda kept: fab.launch(
+                do, q, k, v, o, lse, dq, dk, dv, True, 0.125, config, table=fab._TUNED if kept else None
             ),
         )
 

@@ -2,8 +2,9 @@
 `autotune.kernels.common.launch.Prebound`) compute bit for bit what they compute through Triton's own launch, on
 repeated calls (the later ones prebound), after the call shape changes, on a misaligned view (which must go back
 through Triton), in each dtype, channels-last and with a residual; flash_attn likewise (its Triton engine's launches,
-planned per kernel and grid), and the backward launches kept per kernel and grid (rms_norm's, rope's, gated_mlp's
-elementwise step) in a forward and backward through autograd; and the later calls do skip Triton's binding."""
+planned per kernel and grid), and the backward launches kept per kernel and grid (rms_norm's, rope's, flash_attn's,
+gated_mlp's elementwise step) in a forward and backward through autograd; and the later calls do skip Triton's
+binding."""
 
 import pytest
 import torch
@@ -31,6 +32,15 @@ def _trained(fn, *params):
         return torch.cat([t.detach().flatten() for t in (*outputs, *grads)])
 
     return call
+
+
+def _attention_trained(x):
+    """Causal attention of q, k, v = x[:, 0], x[:, 1], x[:, 2] (views kept): its output, dk and dv from a fixed
+    output gradient, flattened into one tensor (dq left out: some rows' configs add it up by atomics)."""
+    q, k, v = (x[:, i].detach().requires_grad_() for i in range(3))
+    o = flash_attn(q, k, v, is_causal=True)
+    _, dk, dv = torch.autograd.grad(o, (q, k, v), o.detach().cos())
+    return torch.cat([t.detach().flatten() for t in (o, dk, dv)])
 
 
 def _calls(dtype):
@@ -78,6 +88,7 @@ def _calls(dtype):
             lambda: (rand(2, 10, 512, 64),),
             _trained(lambda x: rope(x[:, :8], x[:, 8:], cos, sin)),
         ),
+        ("flash_attn forward and backward, causal", lambda: (rand(4, 3, 8, 256, 64),), _attention_trained),
         (
             "gated_mlp forward and backward",
             lambda: (rand(256, 512),),

@@ -3,8 +3,8 @@ each launch hands the compiled kernel's launcher (tests/prebound_launch_check.py
 it what `kernel[grid](...)` would, without Triton's per-call binding; a call the binder would specialize differently
 (a tensor's alignment, an integer, an option) goes through Triton; it is on by default, off with AUTOTUNE_PREBOUND=0;
 group_norm's, layer_norm's and flash_attn's planned launches bind once, their unplanned ones go through Triton; the
-kept launches of rope's forward and backward, the norms' backward and gated_mlp's backward step bind once and hand
-the launcher what Triton's launch does."""
+kept launches of rope's forward and backward, the norms' backward, flash_attn's backward and gated_mlp's backward
+step bind once and hand the launcher what Triton's launch does."""
 
 import pytest
 from gpu_triton import GPU_TRITON_VERSION, run_compile_script
@@ -31,6 +31,10 @@ CASES = {
         f"rms_norm backward ({kernel}) and its sum of partials: the kept launches bind once and hand the launcher "
         "what Triton does"
         for kernel in ("tiles", "tiles_ahead")
+    ),
+    *(
+        f"flash_attn backward (delta {delta}): the kept launches bind once and hand the launcher what Triton does"
+        for delta in ("recomputed", "output")
     ),
     "gated_mlp's backward step: the kept launches bind once and hand the launcher what Triton does",
 }

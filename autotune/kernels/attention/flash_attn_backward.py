@@ -47,6 +47,7 @@ from autotune.kernels.attention.tiles import (
     upcast,
     widen,
 )
+from autotune.kernels.common import launch as launch_
 from autotune.kernels.common.grid import cdiv
 from autotune.kernels.common.rounding import round_to
 from autotune.search_spaces import flash_attn_backward_gluon as engines
@@ -270,11 +271,12 @@ def _attn_bwd_query_kernel(
                  mask=row_ok[:, None] & (offs_d[None, :] < HEAD_DIM))
 
 
-def launch(do, q, k, v, o, lse, dq, dk, dv, causal: bool, scale: float, config: dict, *, checked: bool = False
-           ) -> None:
+def launch(do, q, k, v, o, lse, dq, dk, dv, causal: bool, scale: float, config: dict, *, checked: bool = False,
+           table=None) -> None:
     """Gradients of attention of q (B, Hq, Nq, D) over k, v (B, Hk, Nk, D) into dq, dk, dv (dk and dv of
     one layout), from the output o and its log-sum-exp (B, Hq, Nq, contiguous, of compute_dtype), with one
-    config. Unit stride along D is required. `checked`: the caller has asked `gluon_refuses` of this call already."""
+    config. Unit stride along D is required. `checked`: the caller has asked `gluon_refuses` of this call already.
+    table: a public call's runtime table, whose kept Triton launches bind once (`launch.kept`)."""
     if config.get("engine") == "gluon":
         return _launch_gluon(do, q, k, v, o, lse, dq, dk, dv, causal, scale, config, checked)
     batch, heads, nq, d = q.shape
@@ -302,16 +304,18 @@ def launch(do, q, k, v, o, lse, dq, dk, dv, causal: bool, scale: float, config: 
     query_meta = dict(BLOCK_M=config["BLOCK_N"], BLOCK_N=config["BLOCK_M"], **meta)
     delta = torch.empty((batch, heads, nq), **compute)
     if config["delta"] == "output":
-        _delta_kernel[(cdiv(nq, DELTA_ROWS), batch * heads)](
+        launch_.kept(table, _delta_kernel, (cdiv(nq, DELTA_ROWS), batch * heads))(
             o, do, delta, *o.stride()[:3], *do.stride()[:3], heads, nq,
             HEAD_DIM=d, BLOCK_D=block_d(d), BLOCK_M=DELTA_ROWS, num_warps=4,
         )
     else:
-        _attn_bwd_query_kernel[query_grid](q, k, v, do, lse, delta, dq, *common, *dq.stride()[:3], heads, group, nq, nk,
-                                           *scalars, DELTA=True, **query_meta)
+        launch_.kept(table, _attn_bwd_query_kernel, query_grid, "delta")(
+            q, k, v, do, lse, delta, dq, *common, *dq.stride()[:3], heads, group, nq, nk, *scalars, DELTA=True,
+            **query_meta,
+        )
     atomic = config["dq"] == "atomic"
     dq_acc = torch.zeros(dq.shape, **compute) if atomic else dq  # added into from many programs, from zero
-    _attn_bwd_dkdv_kernel[(cdiv(nk, config["BLOCK_N"]), batch * kv_heads)](
+    launch_.kept(table, _attn_bwd_dkdv_kernel, (cdiv(nk, config["BLOCK_N"]), batch * kv_heads))(
         q, k, v, do, lse, delta, dk, dv, dq_acc, *common, *dk.stride()[:3], *dq_acc.stride()[:3],
         heads, kv_heads, group, nq, nk, *scalars,
         BLOCK_M=config["BLOCK_M"], BLOCK_N=config["BLOCK_N"], ATOMIC_DQ=atomic, **meta,
@@ -319,8 +323,10 @@ def launch(do, q, k, v, o, lse, dq, dk, dv, causal: bool, scale: float, config: 
     if atomic:
         dq.copy_(dq_acc)
         return
-    _attn_bwd_query_kernel[query_grid](q, k, v, do, lse, delta, dq, *common, *dq.stride()[:3], heads, group, nq, nk,
-                                       *scalars, DELTA=False, **query_meta)
+    launch_.kept(table, _attn_bwd_query_kernel, query_grid, "dq")(
+        q, k, v, do, lse, delta, dq, *common, *dq.stride()[:3], heads, group, nq, nk, *scalars, DELTA=False,
+        **query_meta,
+    )
 
 
 def gluon_refuses(do, q, k, v, o, lse, dq, dk, dv, causal: bool, scale: float, config: dict) -> str | None:
@@ -373,7 +379,7 @@ def backward(do, q, k, v, o, lse, causal: bool, scale: float):
         if gluon_refuses(do, q, k, v, o, lse, dq, dk, dv, causal, scale, config) is not None:  # the best Triton row
             config = _TUNED.config_among(q.dtype, bucket(problem()), problem, "triton", engines.is_triton)
         runtime.note_launch("flash_attn_backward", config)
-    launch(do, q, k, v, o, lse.contiguous(), dq, dk, dv, causal, scale, config, checked=True)
+    launch(do, q, k, v, o, lse.contiguous(), dq, dk, dv, causal, scale, config, checked=True, table=_TUNED)
     return dq, dk, dv
 
 

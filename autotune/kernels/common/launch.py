@@ -16,8 +16,8 @@ outputs were bit-equal to Triton's launch (tests/test_gpu_prebound_launch_comput
 56.0).
 Used by the planned launches (kept per call shape) of group_norm's forward kernels that run one program per group
 and of layer_norm's and rms_norm's forward, and by the launches public calls keep per kernel and grid (`kept`):
-flash_attn's forward on its Triton engine, rope's forward and backward, the norms' backward, gated_mlp's backward
-elementwise step."""
+flash_attn's forward and backward on its Triton engine, rope's forward and backward, the norms' backward,
+gated_mlp's backward elementwise step."""
 
 from __future__ import annotations
 
@@ -51,13 +51,14 @@ def planned(kernel: Any, grid: tuple[int, ...]) -> Any:
     return Prebound(kernel, grid) if enabled() else kernel[tuple(grid)]
 
 
-def kept(table: Any, kernel: Any, grid: tuple[int, ...]) -> Any:
+def kept(table: Any, kernel: Any, grid: tuple[int, ...], role: str = "") -> Any:
     """How a public call launches kernel on grid: the `planned` launch kept with the configs of `table` (a runtime
     table: its `derived`, forgotten with them), so a later call on that grid reuses its binding; None (the gate's
-    and the search's launches): kernel[grid], Triton's own."""
+    and the search's launches): kernel[grid], Triton's own. `role` keeps apart the launches of one call that run
+    the kernel on one grid with other constexprs (each would undo the other's binding)."""
     if table is None:
         return kernel[grid]
-    return table.derived(("launch", kernel, grid), lambda: planned(kernel, grid))
+    return table.derived(("launch", kernel, grid, role), lambda: planned(kernel, grid))
 
 
 def _guard(args: Sequence[Any]) -> tuple:
