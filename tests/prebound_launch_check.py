@@ -31,6 +31,16 @@ def same_launch(a: tuple, b: tuple) -> bool:
     )
 
 
+def through_triton_runs(*kernels) -> dict:
+    """kernel -> a list that grows by one at each of its launches through Triton's own `run` from now on."""
+    runs = {kernel: [] for kernel in kernels}
+    for kernel in runs:
+        kernel.run = (lambda through, seen: lambda *a, **k: seen.append(1) or through(*a, **k))(
+            kernel.run, runs[kernel]
+        )
+    return runs
+
+
 def per_call_us(fn, calls=2000) -> float:
     """Host time of fn() with the stand-in driver's launcher (which records, launches nothing)."""
     for _ in range(20):
@@ -158,11 +168,7 @@ def check() -> None:
     from autotune.search_spaces.flash_attn import FORWARD_SPACE
 
     attention_kernels = (fa._attn_fwd_kernel, fa._combine_splits_kernel, fa._attn_fwd_last_split_kernel)
-    attention_runs = {kernel: [] for kernel in attention_kernels}
-    for kernel in attention_kernels:
-        kernel.run = (lambda through, seen: lambda *a, **k: seen.append(1) or through(*a, **k))(
-            kernel.run, attention_runs[kernel]
-        )
+    attention_runs = through_triton_runs(*attention_kernels)
     q = torch.randn(2, 16, 1, 64, dtype=torch.float16)
     k, v = torch.randn(2, 4, 1024, 64, dtype=torch.float16), torch.randn(2, 4, 1024, 64, dtype=torch.float16)
     o, lse = torch.empty_like(q), torch.empty(2, 16, 1)
@@ -203,14 +209,6 @@ def kept_launches(case) -> None:
     from autotune.kernels.norm import layer_norm_backward as lnb
     from autotune.kernels.rope import kernel as rope
     from autotune.kernels.rope import rotary
-
-    def through_triton_runs(*kernels):
-        runs = {kernel: [] for kernel in kernels}
-        for kernel in runs:
-            kernel.run = (lambda through, seen: lambda *a, **k: seen.append(1) or through(*a, **k))(
-                kernel.run, runs[kernel]
-            )
-        return runs
 
     def check_kept(name, kernels, call):
         """call(kept) three times with the kept launches, then once through Triton: its launches (`kernels`, in

@@ -75,19 +75,16 @@ class SearchOptions:
     on_final_check: Callable[[Config, VerifyResult, float], None] | None = None
 
     def __post_init__(self) -> None:
-        for name in ("trials", "examples", "final_examples", "heartbeat_s"):
+        def number(value: object, kinds: tuple[type, ...]) -> bool:
+            return isinstance(value, kinds) and not isinstance(value, bool)
+
+        for name in ("trials", "examples", "final_examples", "heartbeat_s", "max_numel"):
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            if not (value is None and name == "max_numel") and not (number(value, (int,)) and value >= 1):
                 raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
-        timeout = self.timeout  # trial_timeout: checked where isolation is decided
-        if timeout is not None and (
-            isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0
-        ):
-            raise ValueError(f"timeout must be a number of seconds > 0 (or None), got {timeout!r}")
-        if self.max_numel is not None and (
-            isinstance(self.max_numel, bool) or not isinstance(self.max_numel, int) or self.max_numel < 1
-        ):
-            raise ValueError(f"max_numel must be an integer >= 1 (or None), got {self.max_numel!r}")
+        # trial_timeout is checked where isolation is decided.
+        if self.timeout is not None and not (number(self.timeout, (int, float)) and self.timeout > 0):
+            raise ValueError(f"timeout must be a number of seconds > 0 (or None), got {self.timeout!r}")
 
 
 @dataclasses.dataclass(frozen=True)
