@@ -66,7 +66,9 @@ stage() {
 
 keep() {
   if [ -n "${OUT:-}" ] && [ -f "$AUTOTUNE_DB" ] && ! [ "$AUTOTUNE_DB" -ef "$OUT/tuned.sqlite" ]; then
-    cp "$AUTOTUNE_DB" "$OUT/tuned.sqlite"
+    # SQLite's backup: the rows a search still holds in its write-ahead log come too (a plain copy misses them)
+    python3 -c 'import sqlite3, sys; sqlite3.connect(sys.argv[1]).backup(sqlite3.connect(sys.argv[2]))' \
+      "$AUTOTUNE_DB" "$OUT/tuned.sqlite"
   fi
 }
 
