@@ -10,20 +10,30 @@ from autotune import gpu, runtime
 from autotune.db import BestRow, ConfigStore
 
 
-def store(db_path, kernel: str, bucket: str, time_ms: float, baseline_time_ms: float | None) -> None:
-    """Record kernel's row for bucket in the SQLite file db_path; the runtime then reads the databases afresh."""
+def store(
+    db_path,
+    kernel: str,
+    bucket: str,
+    time_ms: float,
+    baseline_time_ms: float | None,
+    gpu_name: str | None = None,
+    problem: dict | None = None,
+) -> None:
+    """Record kernel's row for bucket in the SQLite file db_path (for gpu_name, else this machine's GPU; with the
+    problem it was timed on, which serving it on another GPU checks it against); the runtime then reads the databases
+    afresh."""
     spec = autotune.get(kernel)
     with ConfigStore(str(db_path)) as s:
         s.record_best(
             BestRow(
                 kernel=kernel,
                 source_hash=spec.source_hash,
-                gpu=gpu.current_gpu().name,
+                gpu=gpu_name or gpu.current_gpu().name,
                 device_name="test",
                 dtype="fp32",
                 bucket=bucket,
                 config_json=json.dumps(spec.space.default),
-                problem_json=json.dumps({}),
+                problem_json=json.dumps(problem or {}),
                 time_ms=time_ms,
                 baseline_time_ms=baseline_time_ms,
                 examples_verified=1,

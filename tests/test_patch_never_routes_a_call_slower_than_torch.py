@@ -9,8 +9,9 @@ import torch
 from planted_rows import store
 
 import autotune
-from autotune import runtime
+from autotune import device_limits, gpu, runtime
 from autotune.nn import evidence
+from autotune.runtime import fallback
 
 BUCKET = "m=4,n=32,res=0"  # layer_norm of (4, 32)
 
@@ -56,6 +57,17 @@ def test_a_row_without_torch_time_or_of_another_bucket_is_no_evidence(user_db):
     assert run(model, torch.randn(2, 32)) == set()
     assert "no stored row for this bucket" in run.calls
     assert run(model, torch.randn(8, 32)) == {"layer_norm"}
+
+
+def test_another_gpus_row_serves_the_kernel_but_is_no_evidence_here(user_db, monkeypatch):
+    problem = {**autotune.get("layer_norm").presets[0], "shape": [4, 32], "residual": False}
+    store(user_db, "layer_norm", BUCKET, 1.0, 2.0, gpu_name="H100", problem=problem)  # faster than torch, on the H100
+    h20 = gpu.GPUInfo("H20", "NVIDIA H20", (9, 0), device_limits.MODELS["H20"].sms, None, None, {})  # no rows shipped
+    monkeypatch.setattr(gpu, "current_gpu", lambda: h20)
+    monkeypatch.setattr(fallback, "_warned", set())
+    runtime.clear_cache()
+    assert run(torch.nn.LayerNorm(32), torch.randn(4, 32)) == set()  # the H100's row serves it, but is no evidence
+    assert "no stored row for this bucket on H20 (another GPU's serves it)" in run.calls
 
 
 def test_with_autograd_the_call_counts_the_backward_row_too(user_db):

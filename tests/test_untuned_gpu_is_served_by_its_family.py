@@ -1,6 +1,6 @@
-"""A GPU no database holds rows for is served the rows of the nearest tuned GPU of its architecture family (an
-H200 the H100's, an A10 the A100's), each config checked against the device's limits first: one that does not
-fit is dropped, and the GPU whose rows serve is said once."""
+"""A GPU no database holds rows for in a call's dtype is served the rows of the nearest GPU of its architecture family
+tuned in that dtype (an H200 the H100's, an A10 the A100's), each config checked against the device's limits first:
+one that does not fit is dropped, and the GPU whose rows serve is said once per kernel and dtype."""
 
 import json
 import warnings
@@ -21,7 +21,7 @@ def _fake_device(monkeypatch, name: str, cc: tuple[int, int]) -> None:
     runtime.clear_cache()
 
 
-def _store(path, spec, gpu_name, bucket, config):
+def _store(path, spec, gpu_name, bucket, config, dtype="fp32"):
     with ConfigStore(str(path)) as store:
         store.record_best(
             BestRow(
@@ -29,7 +29,7 @@ def _store(path, spec, gpu_name, bucket, config):
                 source_hash=spec.source_hash,
                 gpu=gpu_name,
                 device_name=gpu_name,
-                dtype="fp32",
+                dtype=dtype,
                 bucket=bucket,
                 config_json=json.dumps(config),
                 problem_json=json.dumps({"sizes": {"n": 1000}, "magnitude": 1.0}),
@@ -61,6 +61,20 @@ def test_an_h200_is_served_the_h100s_rows(user_db, monkeypatch):
     launched, said = _calls(user_kernels.axpy, [1000, 900, 1000])
     assert launched == [h100, h100, h100]
     assert len(said) == 1 and "axpy on H200" in said[0] and "serving the H100's" in said[0] and "hopper" in said[0]
+
+
+def test_a_gpu_tuned_in_another_dtype_only_is_served_the_family_rows_of_the_calls_dtype(user_db, monkeypatch):
+    h100 = {"BLOCK": 1024, "num_warps": 4, "num_stages": 2}
+    _store(user_db, user_kernels.axpy.spec, "H100", "n=1024", h100)
+    _store(user_db, user_kernels.axpy.spec, "H200", "n=1024", {"BLOCK": 64, "num_warps": 1, "num_stages": 1}, "fp16")
+    _fake_device(monkeypatch, "H200", (9, 0))
+    launched, said = _calls(user_kernels.axpy, [1000, 1000])  # fp32 calls: the H200 has fp16 rows only
+    assert launched == [h100, h100]  # not the default config
+    assert len(said) == 1 and "no tuned fp32 configs for axpy on H200" in said[0] and "serving the H100's" in said[0]
+
+    _store(user_db, user_kernels.axpy.spec, "H200", "n=4096", own := {"BLOCK": 256, "num_warps": 2, "num_stages": 1})
+    launched, said = _calls(user_kernels.axpy, [1000])  # once the H200 has an fp32 row, its own rows serve
+    assert launched == [own] and said == []
 
 
 def test_a_config_too_large_for_a_smaller_device_is_dropped_with_one_warning(user_db, monkeypatch):

@@ -112,7 +112,10 @@ def _find(kernel: str, dtype: torch.dtype, bucket: str, problem: dict) -> Row:
         nearest = f" (the nearest stored bucket, {choice.bucket}, was timed on another shape)" if choice.bucket else ""
         return Row(kernel, dtype_name, bucket, missing=f"no stored row for this bucket on {gpu_name}{nearest}")
     stored = _rows(spec.name, gpu_name).get((choice.database or "", dtype_name, bucket))
-    if stored is None or stored.baseline_time_ms is None:
+    if stored is None:  # the exact bucket's row is another GPU's (runtime.fallback): timed there, not here
+        missing = f"no stored row for this bucket on {gpu_name} (another GPU's serves it)"
+        return Row(kernel, dtype_name, bucket, missing=missing)
+    if stored.baseline_time_ms is None:
         return Row(kernel, dtype_name, bucket, missing="its stored row has no torch time to compare with")
     return Row(kernel, dtype_name, bucket, stored.time_ms, stored.baseline_time_ms)
 

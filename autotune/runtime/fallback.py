@@ -1,6 +1,7 @@
-"""GPUs not tuned here: where no database holds a kernel's rows for this GPU, the rows of the nearest tuned GPU of
-its architecture family serve (an H200 or H20 takes the H100's, an A10 the A100's), each config first checked
-against this device's limits (`autotune.device_limits`) and dropped where it does not fit. Said once per kernel."""
+"""GPUs not tuned here: where no database holds a kernel's rows for this GPU in the call's dtype, the rows of the
+nearest GPU of its architecture family tuned in that dtype serve (an H200 or H20 takes the H100's, an A10 the
+A100's), each config first checked against this device's limits (`autotune.device_limits`) and dropped where it does
+not fit. Said once per kernel and dtype."""
 
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ class ServedByAnotherGPUWarning(UserWarning):
     """A kernel has no rows for this GPU: the rows of the nearest tuned GPU of its family serve it."""
 
 
-_warned: set[tuple[str, str]] = set()  # (kernel, gpu): said once per process
+_warned: set[tuple[str, str, str | None]] = set()  # (kernel, gpu, dtype): said once per process
 
 
 def nearest(here: DeviceLimits, tuned: Sequence[str]) -> DeviceLimits | None:
@@ -52,16 +53,23 @@ def misfit(spec: KernelSpec, row: BestRow, here: DeviceLimits) -> str | None:
     return device_limits.misfit(needs, int(config.get("num_warps", 4)), here)
 
 
-def when_untuned(spec: KernelSpec, gpu_name: str, found: Found) -> Found:
-    """`found` (each database's rows of spec for gpu_name) where it holds any; else the fitting rows of the nearest
-    tuned GPU of the family, warning once which GPU's rows serve and which were dropped."""
-    if any(isinstance(rows, list) and rows for _, rows in found):
+def when_untuned(spec: KernelSpec, gpu_name: str, found: Found, dtype: str | None = None) -> Found:
+    """`found` (each database's rows of spec for gpu_name) where it holds any in `dtype` (any at all where None);
+    else the fitting rows of the nearest GPU of the family tuned in `dtype`, warning once which GPU's rows serve
+    and which were dropped. Per dtype: a GPU tuned in bf16 alone is still served another GPU's fp16 rows, not the
+    default config."""
+
+    def in_dtype(rows: list[BestRow]) -> list[BestRow]:
+        return [r for r in rows if dtype is None or r.dtype == dtype]
+
+    if any(isinstance(rows, list) and in_dtype(rows) for _, rows in found):
         return found
     here = device_limits.limits_here()
     if here is None or here.name != gpu_name:
         return found
     everything = read_rows(spec.name)
-    donor = nearest(here, sorted({r.gpu for _, rows in everything if isinstance(rows, list) for r in rows}))
+    tuned = {r.gpu for _, rows in everything if isinstance(rows, list) for r in in_dtype(rows)}
+    donor = nearest(here, sorted(tuned))
     if donor is None:
         return found
     served, dropped, kept = [], [], 0
@@ -70,7 +78,7 @@ def when_untuned(spec: KernelSpec, gpu_name: str, found: Found) -> Found:
             served.append((url, rows))
             continue
         fitting = []
-        for row in (r for r in rows if r.gpu == donor.name):
+        for row in (r for r in in_dtype(rows) if r.gpu == donor.name):
             reason = misfit(spec, row, here)
             if reason:
                 dropped.append(f"{row.dtype} {row.bucket} {row.config_json}: {reason}")
@@ -78,11 +86,12 @@ def when_untuned(spec: KernelSpec, gpu_name: str, found: Found) -> Found:
                 fitting.append(row)
         kept += len(fitting)
         served.append((url, fitting))
-    if (spec.name, gpu_name) not in _warned:
-        _warned.add((spec.name, gpu_name))
+    if (spec.name, gpu_name, dtype) not in _warned:
+        _warned.add((spec.name, gpu_name, dtype))
         note = f"; dropped {len(dropped)} that do not fit it: " + "; ".join(dropped[:5]) if dropped else ""
+        tuned_in = f"tuned {dtype} configs" if dtype else "tuned configs"
         warnings.warn(
-            f"autotune: no tuned configs for {spec.name} on {gpu_name}: serving the {donor.name}'s ({kept} row(s)), "
+            f"autotune: no {tuned_in} for {spec.name} on {gpu_name}: serving the {donor.name}'s ({kept} row(s)), "
             f"the nearest tuned GPU of the {here.family} family{note} (`autotune search {spec.name}` tunes it here)",
             ServedByAnotherGPUWarning,
             stacklevel=5,

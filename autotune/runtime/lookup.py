@@ -172,8 +172,10 @@ class TunedConfigs:
         shadowed: list[tuple[str, Config, str]] = []  # rows a bucket's winner hides: after every winner
         seen: set[str] = set()
         ignored: list[str] = []
-        # Every dtype: any rows at all? None for this GPU: its family's nearest tuned GPU's that fit it serve.
-        consulted, any_rows = fallback.when_untuned(self.spec, gpu_name, read_rows(self.spec.name, gpu=gpu_name)), False
+        # No rows for this GPU in this dtype: those of its family's nearest GPU tuned in it that fit it serve.
+        this_gpu = read_rows(self.spec.name, gpu=gpu_name)
+        consulted = fallback.when_untuned(self.spec, gpu_name, this_gpu, DTYPE_NAMES[dtype])
+        any_rows = False
         candidates: list[tuple[str, BestRow]] = []
         for url, found in consulted:
             if isinstance(found, Exception):
