@@ -1,7 +1,8 @@
-"""A study first tries the default, its own bucket's stored best, the user's `--warm-start` configs, that bucket's
-winners under earlier kernel sources, then its space's own starts for the problem, then the winners of neighbouring
-searches (this bucket in another dtype, the nearest buckets) that run on its problem, nearest first; each is measured
-here like any trial. A cold search takes none of the databases' rows."""
+"""A study first tries the default, its own bucket's stored best, the user's `--warm-start` configs, the config the
+runtime serves its bucket now (the nearest bucket's row, or another GPU's: what the stored row will replace), that
+bucket's winners under earlier kernel sources, then its space's own starts for the problem, then the winners of
+neighbouring searches (this bucket in another dtype, the nearest buckets) that run on its problem, nearest first; each
+is measured here like any trial. A cold search takes none of the databases' rows."""
 
 import dataclasses
 import json
@@ -10,12 +11,13 @@ import torch
 from stored_rows import store_best
 
 import autotune.kernels.fused_softmax.softmax as fused_softmax
-from autotune import gpu
+from autotune import device_limits, gpu
 from autotune.db import ConfigStore
 from autotune.engine.plan import SearchOptions
 from autotune.engine.search import search
-from autotune.engine.warm_starts import EARLIER_SOURCE_WARM_STARTS, NEIGHBOUR_WARM_STARTS, warm_starts
+from autotune.engine.warm_starts import EARLIER_SOURCE_WARM_STARTS, NEIGHBOUR_WARM_STARTS, served, warm_starts
 from autotune.identity import RowKey
+from autotune.runtime import fallback
 from autotune.space import Config
 from autotune.spec import DTYPE_NAMES
 
@@ -57,8 +59,9 @@ def test_neighbouring_winners_that_run_on_the_problem_come_nearest_first(user_db
             RowKey(SPEC.name, SPEC.source_hash, gpu.current_gpu().name, DTYPE_NAMES[torch.float32], "m=8,n=128"),
             PROBLEM,
         )
-        assert starts == [SPEC.space.default, HALF_SAME_BUCKET, ROWS_16, ROWS_64]
-        assert NEIGHBOUR_WARM_STARTS == 3  # m=1024 is the fourth neighbour: left for the sampler
+        # ROWS_16, the nearest bucket's row, is what the runtime serves this bucket now: it comes before the rest.
+        assert starts == [SPEC.space.default, ROWS_16, HALF_SAME_BUCKET, ROWS_64, ROWS_1024]
+        assert NEIGHBOUR_WARM_STARTS == 3
         # This bucket's own row comes first among the stored ones, and is not repeated as a neighbour.
         store_best(user_db, SPEC, "m=8,n=128", ROWS_16)
         starts = warm_starts(
@@ -85,7 +88,7 @@ def test_a_search_measures_the_neighbours_first_and_stores_only_its_own_measurem
         trials = store.trials(kernel="softmax")
         rows = {(r.dtype, r.bucket): r for r in store.best_rows(kernel="softmax")}
     first = sorted(trials, key=lambda t: t.number)[:4]
-    assert [json.loads(t.config_json) for t in first] == [SPEC.space.default, HALF_SAME_BUCKET, ROWS_16, ROWS_64]
+    assert [json.loads(t.config_json) for t in first] == [SPEC.space.default, ROWS_16, HALF_SAME_BUCKET, ROWS_64]
     assert all(t.outcome == "ok" and t.time_ms > 0 for t in first)  # each verified and timed here
     mine = rows[("fp32", "m=8,n=128")]
     assert mine.config == result.best_config and mine.time_ms == result.best_ms
@@ -134,7 +137,7 @@ def test_a_spaces_own_starts_come_after_the_buckets_rows_and_before_the_neighbou
             store,
             RowKey(spec.name, spec.source_hash, gpu.current_gpu().name, DTYPE_NAMES[torch.float32], "m=8,n=128"),
             PROBLEM,
-        ) == [SPEC.space.default, online(64, 1), HALF_SAME_BUCKET, ROWS_16, ROWS_64]
+        ) == [SPEC.space.default, ROWS_16, online(64, 1), HALF_SAME_BUCKET, ROWS_64, ROWS_1024]  # ROWS_16: served
         store_best(user_db, SPEC, "m=8,n=128", ROWS_16)  # the bucket's own row comes before them
         assert warm_starts(
             spec,
@@ -181,3 +184,19 @@ def test_a_users_warm_starts_come_right_after_the_buckets_own_best(user_db):
         key = RowKey(SPEC.name, SPEC.source_hash, gpu.current_gpu().name, DTYPE_NAMES[torch.float32], "m=8,n=128")
         starts = warm_starts(SPEC, store, key, PROBLEM, given)
     assert starts == [SPEC.space.default, ROWS_16, online(64, 1), ROWS_64, HALF_SAME_BUCKET, ROWS_1024]
+
+
+def test_the_row_another_gpu_serves_here_is_measured_before_the_spaces_starts(user_db, monkeypatch):
+    # An H200 tuned in no fp32 is served the H100's fp32 rows: its search measures that config first, so a short
+    # search cannot store a row slower than what the H200 ran before it.
+    spec = dataclasses.replace(SPEC, space=dataclasses.replace(SPEC.space, starts_fn=lambda problem: [online(64, 1)]))
+    monkeypatch.setattr(fallback, "_warned", set())
+    for name in ("H100", "H200"):
+        info = gpu.GPUInfo(name, f"NVIDIA {name}", (9, 0), device_limits.MODELS[name].sms, None, None, {})
+        monkeypatch.setattr(gpu, "current_gpu", lambda info=info: info)
+        if name == "H100":
+            store_best(user_db, SPEC, "m=8,n=128", ROWS_64)
+    with ConfigStore(str(user_db)) as store:
+        key = RowKey(spec.name, spec.source_hash, "H200", "fp32", "m=8,n=128")
+        assert served(spec, key, PROBLEM) == ROWS_64
+        assert warm_starts(spec, store, key, PROBLEM)[:3] == [SPEC.space.default, ROWS_64, online(64, 1)]

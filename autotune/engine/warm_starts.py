@@ -3,6 +3,7 @@ the space's own starts and the winners of neighbouring searches; and the failure
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
 
 from autotune import gpu, runtime
@@ -10,7 +11,7 @@ from autotune.db import BestRow, ConfigStore
 from autotune.gate.verify import KnownFailure
 from autotune.identity import RowKey
 from autotune.space import Config, Problem
-from autotune.spec import KernelSpec
+from autotune.spec import KernelSpec, dtype_from_name
 
 NEIGHBOUR_WARM_STARTS = 3
 """How many winners of neighbouring searches a study also tries first (see `warm_starts`)."""
@@ -37,7 +38,9 @@ def warm_starts(
 ) -> list[Config]:
     """The configs a study tries first: the space's default, then the best stored for its bucket, if any (of
     this source, then of the earlier spaces it `extends`), then the `given` configs (a user's `--warm-start`:
-    named, so tried before any guess of ours), then (up to EARLIER_SOURCE_WARM_STARTS) this bucket's
+    named, so tried before any guess of ours), then, given the problem, the config the runtime serves the bucket
+    now (`served`: the nearest bucket's row, or another GPU's), so that what a search stores was measured against
+    what it replaces, then (up to EARLIER_SOURCE_WARM_STARTS) this bucket's
     winners under other earlier sources of the kernel in `store`, newest first, where their configs are still in
     the space: a changed kernel is re-tuned from where its last search ended.
 
@@ -45,6 +48,8 @@ def warm_starts(
     such problems), and up to NEIGHBOUR_WARM_STARTS winners of neighbouring searches that run on it,
     nearest first: this bucket in another dtype or on another GPU, then the nearest buckets (from `store`
     and the shipped database). Each is only a first guess, measured here like any trial."""
+    now = served(spec, key, problem) if problem is not None else None
+    named = [*given, *([now] if now is not None else [])]  # placed before our guesses
     configs = [dict(spec.space.default)]
     guesses_from = len(configs)
     if store is not None:
@@ -67,6 +72,7 @@ def warm_starts(
             if (
                 config is not None
                 and config not in configs
+                and config not in named
                 and config not in earlier
                 and (problem is None or spec.space.rejects(config, problem) is None)
             ):
@@ -78,10 +84,19 @@ def warm_starts(
         for config in _neighbour_winners(spec, store, key, problem):
             if len(neighbours) == NEIGHBOUR_WARM_STARTS:
                 break
-            if config not in configs and config not in neighbours:
+            if config not in configs and config not in named and config not in neighbours:
                 neighbours.append(config)
         configs += neighbours
-    return _given_first(configs, guesses_from, given)
+    return _given_first(configs, guesses_from, named)
+
+
+def served(spec: KernelSpec, key: RowKey, problem: Problem) -> Config | None:
+    """The config the runtime serves key's bucket on this GPU now (from the user's and the shipped databases: its
+    own row, the nearest bucket's, or another GPU's of the family), None where it serves the space's default."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # said to whoever calls the kernel, not to a search
+        choice = runtime.TunedConfigs(spec).resolve(dtype_from_name(key.dtype), key.bucket, problem)
+    return None if choice.source == "default" else choice.config
 
 
 def cold_starts(spec: KernelSpec, problem: Problem, given: Sequence[Config] = ()) -> list[Config]:
