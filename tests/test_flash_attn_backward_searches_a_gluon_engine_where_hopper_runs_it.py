@@ -107,13 +107,15 @@ def test_triton_configs_fix_the_gluon_parameters_and_leave_combined_to_it(hopper
     [
         (HALF_128, {"BLOCK_M": 64, "dq": "separate"}),
         (HALF_64, {"BLOCK_M": 64, "dq": "atomic"}),
-        ({**HALF_128, "dtype": "fp16", "causal": True, "batch": 16, "nq": 1024, "nk": 1024}, {"dq": "separate"}),
+        # fp16: dS split, which passes the gate where rounded dS does not there
+        ({**HALF_128, "dtype": "fp16", "causal": True, "batch": 16, "nq": 1024, "nk": 1024}, {"ds": "split"}),
     ],
 )
 def test_on_hopper_a_search_draws_both_engines_and_starts_from_the_probes_best(hopper, problem, best):
     starts = BACKWARD_SPACE.starts(problem)
     assert len(starts) == 2 and starts[0] == BACKWARD_SPACE.validate({**SEPARATE, **best})
     assert all(BACKWARD_SPACE.rejects(s, problem) is None for s in starts)
+    assert {s["ds"] for s in starts} == {"split" if problem["dtype"] == "fp16" else "rounded"}
     study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=0))
     drawn = [BACKWARD_SPACE.suggest(study.ask(), problem) for _ in range(200)]
     assert {c["engine"] for c in drawn} == {"triton", "gluon"}

@@ -201,8 +201,15 @@ def suggest(trial, draw, blocks: list, stages: list, dq: list) -> Config:
     }
 
 
+FP16_DS = "split"
+"""dS in the starts of an fp16 problem. Rounded to fp16, a dS of small probabilities loses the bits the row's
+cancellation leaves dQ (bfloat16 keeps float32's exponent): every fp16 backward search on the H200 (2026-11-28) saw
+both rounded-dS starts fail their final check (dq error 0.0189 against a budget of 0.00268 at Nq=2, Nk=8193,
+causal, head dim 64), then stored a slow Triton config."""
+
+
 def starts(p: Problem) -> list[Config]:
-    """The probe's fastest Gluon configs at p's head dim, where the engine runs on p."""
+    """The probe's fastest Gluon configs at p's head dim, where the engine runs on p (dS split in fp16: FP16_DS)."""
     if not runs_on(p):
         return []
     keys = ("BLOCK_M", "BLOCK_N", "num_stages", "NUM_CONSUMERS", "dq", "ds")
@@ -210,4 +217,6 @@ def starts(p: Problem) -> list[Config]:
         {**GLUON_FIXED, "engine": "gluon", "EARLY_DP": False, "PINGPONG": False, **dict(zip(keys, s))}
         for s in STARTS[p["head_dim"]]
     ]
+    if p.get("dtype") == "fp16":
+        configs = [{**c, "ds": FP16_DS} for c in configs]
     return [{**c, "CONSUMER_REGISTERS": CONSUMER_REGISTERS[c["NUM_CONSUMERS"]]} for c in configs]
