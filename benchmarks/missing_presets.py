@@ -43,7 +43,9 @@ def main(kernel: str, dtype: str, gpu: str, *args: str) -> None:
             with ConfigStore(path, readonly=True) as store:
                 have |= {
                     row.bucket
-                    for row in store.best_rows(kernel=kernel, gpu=gpu, dtype=dtype, source_hash=spec.source_hash)
+                    for row in spec.current_rows(
+                        store.best_rows(kernel=kernel, gpu=gpu, dtype=dtype, source_hash=spec.current_hashes)
+                    )
                 }
     order = sorted(spec.presets, key=lambda p: (p.get("head_dim", 0) != 128, not p.get("causal", False))) + also
     shapes = []
