@@ -19,7 +19,8 @@ Found = Sequence[tuple[str, "list[BestRow] | Exception"]]
 
 
 class ServedByAnotherGPUWarning(UserWarning):
-    """A kernel has no rows for this GPU: the rows of the nearest tuned GPU of its family serve it."""
+    """A kernel has no rows for this GPU in a call's dtype: the rows of the nearest GPU of its family tuned in it
+    serve it."""
 
 
 _warned: set[tuple[str, str, str | None]] = set()  # (kernel, gpu, dtype): said once per process
