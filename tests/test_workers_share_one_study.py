@@ -220,7 +220,8 @@ def test_bad_parallel_requests_fail_before_any_process_starts(tmp_path):
     assert evaluated(optuna.load_study(study_name=name, storage=open_storage(storage))) == 0
 
 
-def test_a_shared_study_queues_the_same_first_trials_as_a_one_process_search(tmp_path):
+def test_a_shared_study_queues_the_same_first_trials_as_a_one_process_search(tmp_path, user_db):
+    # user_db: no stored row, so the runtime serves the default, and no served config joins the first trials
     storage, given = str(tmp_path / "w.journal"), {"BLOCK_SIZE": 256, "num_warps": 2, "num_stages": 1}
     name = create_shared_study(
         vector_add.SPEC, PROBLEM, torch.float32, storage, SearchOptions(trials=3, warm_start=[given])
