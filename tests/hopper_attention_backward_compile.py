@@ -6,9 +6,9 @@ test_gluon_attention_backward_compiles_for_hopper.py runs it with the GPU machin
 
 Prints JSON lines: first {"triton": version, "path": where it was imported from}, then one per case of CASES:
 {"name", "head_dim", "causal", "dtype", "config", "ok", "seconds"} and, where it compiled, "kernels": for each
-Gluon kernel launched ("dkdv", and "dq" where DQ="separate") its "shared" (bytes), "registers", "spill_stores",
-"spill_loads", "setmaxnreg" and "wgmma_serialized" (as hopper_attention_compile.ptxas_report says them), or
-else "error".
+Gluon kernel launched ("delta" where DELTA="recomputed", "dkdv", and "dq" where DQ="separate") its "shared"
+(bytes), "registers", "spill_stores", "spill_loads", "setmaxnreg" and "wgmma_serialized" (as
+hopper_attention_compile.ptxas_report says them), or else "error".
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from hopper_attention_compile import ptxas_report
 from hopper_compile import compile_with_given_triton, describe
 
 TWO = {"BLOCK_M": 64, "BLOCK_N": 64, "NUM_STAGES": 2, "NUM_CONSUMERS": 2, "CONSUMER_REGISTERS": 240, "DQ": "atomic",
-       "SPLIT_DS": False, "EARLY_DP": False, "PINGPONG": False}  # fmt: skip
+       "SPLIT_DS": False, "EARLY_DP": False, "PINGPONG": False, "DELTA": "recomputed"}  # fmt: skip
 ONE = {**TWO, "NUM_CONSUMERS": 1, "CONSUMER_REGISTERS": 232}
 CASES = [
     (f"d{d}-{'causal' if causal else 'full'}-{name}", d, causal, "bfloat16", config)
@@ -37,6 +37,7 @@ CASES = [
     ("d128-full-early-dp", 128, False, "bfloat16", {**TWO, "EARLY_DP": True}),
     ("d128-causal-split-ds-separate", 128, True, "bfloat16", {**TWO, "SPLIT_DS": True, "DQ": "separate"}),
     ("d64-causal-split-ds", 64, True, "bfloat16", {**TWO, "SPLIT_DS": True}),
+    ("d128-causal-output-delta", 128, True, "bfloat16", {**TWO, "DELTA": "output", "DQ": "separate"}),
     ("d64-full-m128", 64, False, "bfloat16", {**TWO, "BLOCK_M": 128}),
     ("d64-causal-m128-separate", 64, True, "bfloat16", {**TWO, "BLOCK_M": 128, "DQ": "separate"}),
     ("d128-full-three-stages-fp16", 128, False, "float16", {**TWO, "NUM_STAGES": 3, "DQ": "separate"}),

@@ -25,6 +25,7 @@ GLUON_ROW = {
     "CONSUMER_REGISTERS": 240,
     "dq": "atomic",
     "ds": "rounded",
+    "delta": "recomputed",
     "EARLY_DP": False,
     "PINGPONG": False,
 }

@@ -33,10 +33,12 @@ SEPARATE = {
     "CONSUMER_REGISTERS": 240,
     "dq": "separate",
     "ds": "rounded",
+    "delta": "recomputed",
     "EARLY_DP": False,
     "PINGPONG": False,
 }
-"""The probe's fastest config at head dim 128 (benchmarks/results/H100/hopper-attention-backward-probe.md)."""
+"""The probe's fastest config at head dim 128 (benchmarks/results/H100/hopper-attention-backward-probe.md), with the
+delta it recomputes (engine.OUTPUT_DELTA_FAILED)."""
 
 
 @pytest.fixture
@@ -83,7 +85,8 @@ def test_the_gluon_engine_is_rejected_here_naming_why():
         ),
         ({}, {**HALF_64, "nq": 50, "nk": 60}, "engine=gluon: BLOCK_N x NUM_CONSUMERS exceeds Nq and Nk"),
         ({"num_warps": 8}, HALF_128, "engine=gluon fixes num_warps=4"),
-        ({"delta": "recomputed"}, HALF_128, "engine=gluon fixes delta=output"),
+        ({"delta": "output"}, HALF_128, "delta=output is refused for bf16 inputs"),
+        ({"delta": "output"}, {**HALF_64, "dtype": "fp16"}, "delta=output is refused for fp16 inputs"),
     ],
 )
 def test_on_hopper_gluon_configs_run_where_the_kernel_does(hopper, overrides, problem, reason):
@@ -117,11 +120,13 @@ def test_on_hopper_a_search_draws_both_engines_and_starts_from_the_probes_best(h
     assert all(BACKWARD_SPACE.rejects(s, problem) is None for s in starts)
     assert {s["ds"] for s in starts} == {"split" if problem["dtype"] == "fp16" else "rounded"}
     study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=0))
-    drawn = [BACKWARD_SPACE.suggest(study.ask(), problem) for _ in range(200)]
+    drawn = [BACKWARD_SPACE.suggest(study.ask(), problem) for _ in range(400)]
     assert {c["engine"] for c in drawn} == {"triton", "gluon"}
     valid_gluon = [c for c in drawn if c["engine"] == "gluon" and BACKWARD_SPACE.rejects(c, problem) is None]
     assert valid_gluon and all({k: c[k] for k in engine.GLUON_FIXED} == engine.GLUON_FIXED for c in valid_gluon)
     assert {c["dq"] for c in valid_gluon} == {"separate", "atomic", "combined"}
+    assert {c["delta"] for c in drawn} == {"output", "recomputed"}  # drawn, and refused for half inputs:
+    assert {c["delta"] for c in drawn if BACKWARD_SPACE.rejects(c, problem) is None} == {"recomputed"}
     assert {c["PINGPONG"] for c in valid_gluon} == {False, True}  # drawn where two consumers take turns, only there
     assert all(c["NUM_CONSUMERS"] == 2 for c in drawn if c["engine"] == "gluon" and c["PINGPONG"])
 

@@ -115,8 +115,12 @@ def test_every_case_compiles_for_sm90_with_the_gpu_triton(compiled):
         ("separate", False),
         ("separate", True),
     }
-    for line in lines:  # the dQ kernel is launched exactly where dQ has a pass of its own
-        assert set(line["kernels"]) == ({"dkdv", "dq"} if line["config"]["DQ"] == "separate" else {"dkdv"}), line
+    assert {line["config"]["DELTA"] for line in lines} == {"output", "recomputed"}
+    for line in lines:  # the dQ kernel runs where dQ has a pass of its own; its delta pass where delta is recomputed
+        config = line["config"]
+        expected = {"dkdv"} | ({"dq"} if config["DQ"] == "separate" else set())
+        expected |= {"delta"} if config["DELTA"] == "recomputed" else set()
+        assert set(line["kernels"]) == expected, line
 
 
 def test_shared_memory_fits_the_h100_and_the_estimate_bounds_it(compiled):

@@ -26,7 +26,7 @@ def _call(batch, heads, kv_heads, nq, nk, causal):
 )
 def test_one_key_a_query_gives_exact_gradients(batch, heads, kv_heads, nq, nk, causal):
     kernels, grads, expected = _call(batch, heads, kv_heads, nq, nk, causal)
-    assert kernels == {"dkdv": None, "dq": None}
+    assert kernels == {"delta": None, "dkdv": None, "dq": None}
     for got, want in zip(grads, expected):
         torch.testing.assert_close(got.double(), want, rtol=1e-2, atol=1e-2)
     assert not grads[0].any() and not grads[1].any()  # exactly 0, not rounding noise
@@ -35,5 +35,5 @@ def test_one_key_a_query_gives_exact_gradients(batch, heads, kv_heads, nq, nk, c
 @pytest.mark.parametrize("nq, nk", [(0, 5), (5, 0)])
 def test_no_query_or_no_key_gives_zero_gradients(nq, nk):
     kernels, grads, _ = _call(1, 2, 1, nq, nk, False)
-    assert kernels == {"dkdv": None, "dq": None}
+    assert kernels == {"delta": None, "dkdv": None, "dq": None}
     assert all(not g.isnan().any() and not g.any() for g in grads)

@@ -6,7 +6,8 @@ round P to the input dtype for P @ V (FlashAttention's way) or split it into two
 GPU the forward may run the Gluon kernel instead (engine="gluon": search_spaces/flash_attn_gluon.py).
 The backward holds BLOCK_N keys and streams BLOCK_M queries (dk, dv), and gets dq from a query-side kernel
 (roles swapped: BLOCK_N queries held, BLOCK_M keys streamed) or from atomics; delta = rowsum(P * dP) comes
-from the output (rowsum(dO * O)) or is recomputed by the query-side kernel; on a Hopper GPU the backward may run
+from the output (rowsum(dO * O), float32 inputs only: rounded to a half dtype, the output's delta errs where a
+row's cancellation leaves dQ small) or is recomputed by the query-side kernel; on a Hopper GPU the backward may run
 the Gluon kernels instead (engine="gluon": search_spaces/flash_attn_backward_gluon.py).
 
 Every constraint depends on the problem only through its bucket's numbers (next_pow2 of B*Hq, Nq and Nk,
@@ -395,6 +396,12 @@ def _backward_fits_shared_memory(c: Config, p: Problem) -> str | None:
     return None
 
 
+def _delta_recomputed_for_half_inputs(c: Config, p: Problem) -> str | None:
+    if c["delta"] == "output" and p.get("dtype", "bf16") in ("bf16", "fp16"):
+        return f"delta=output is refused for {p.get('dtype', 'bf16')} inputs: {backward_gluon.OUTPUT_DELTA_FAILED}"
+    return None
+
+
 def _suggest_backward(trial, problem: Problem) -> Config:
     _, _, _, nq, nk, _, _, _ = dims(problem)
     top = max(16, next_pow2(max(nq, nk)))
@@ -434,6 +441,7 @@ BACKWARD_SPACE = SearchSpace(
     constraints=(
         backward_gluon.engine_fixes_the_others,
         backward_gluon.gluon_where_it_runs,
+        _delta_recomputed_for_half_inputs,
         *map(
             gluon.triton_only,
             (_backward_blocks_fit_problem, _backward_fits_registers, _backward_fits_shared_memory, _no_idle_warps),

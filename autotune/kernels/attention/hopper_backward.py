@@ -1,5 +1,8 @@
 """A Hopper-native (sm_90a) attention backward written in Gluon, FlashAttention-3's way. A preprocess writes
-delta = rowsum(dO * O) and lse * log2(e) per query row (padded, so the kernels read them unmasked). Then one
+lse * log2(e) and delta = rowsum(dO * O) per query row (padded, so the kernels read them unmasked); with
+DELTA="recomputed" a pass of the dQ kernel (hopper_backward_dq.py) then rewrites delta as rowsum(P * dP) /
+rowsum(P) from its own P and dP: the rounded output's delta errs where a row's cancellation leaves dQ small
+(search_spaces/flash_attn_backward_gluon.py, OUTPUT_DELTA_FAILED). Then one
 program per NUM_CONSUMERS * BLOCK_N keys of a key/value head holds its K and V tiles in shared memory while a
 producer warp streams the query blocks of every query head of its GQA group (Q and dO, by TMA, into a
 NUM_STAGES-deep ring guarded by mbarriers). Each consumer warpgroup owns BLOCK_N of the keys and, per block of
@@ -115,10 +118,11 @@ def _addressable(t: torch.Tensor) -> torch.Tensor:
 def launch(do, q, k, v, o, lse, dq, dk, dv, causal: bool, scale: float, config: dict) -> dict:
     """Gradients of attention of q (B, Hq, Nq, D) over k, v (B, Hk, Nk, D) into dq, dk, dv from the output o, its
     natural log-sum-exp (B, Hq, Nq) float32 contiguous and dO, with one config, unchecked (see supported); as
-    flash_attn_backward.launch takes them. The compiled kernels by name ("dkdv", "dq"), None where none ran."""
+    flash_attn_backward.launch takes them. The compiled kernels by name ("delta", "dkdv", "dq"), None where none
+    ran."""
     batch, heads, nq, d = q.shape
     kv_heads, nk = k.shape[1], k.shape[2]
-    kernels = {"dkdv": None, "dq": None}
+    kernels = {"delta": None, "dkdv": None, "dq": None}
     if batch * heads * nq == 0 or nk == 0:  # no query sees a key: every gradient is 0
         for grad in (dq, dk, dv):
             grad.zero_()
@@ -138,6 +142,9 @@ def launch(do, q, k, v, o, lse, dq, dk, dv, causal: bool, scale: float, config: 
     # Added into from many programs, from zero; its rows padded as lse2's and delta's (unused where not atomic).
     make = torch.zeros if atomic else torch.empty
     dq_acc = make((batch, heads, nq_pad if atomic else block_m, d), dtype=torch.float32, device=q.device)
+    if config["DELTA"] == "recomputed":  # before the kernels that read it
+        kernels["delta"] = launch_dq(do, q, k, v, lse2, delta, nq_pad, dq, causal, scale, config, maxnreg,
+                                     recompute_delta=True)
     kernels["dkdv"] = _attn_bwd_dkdv_kernel[(cdiv(nk, block_n * consumers), batch * kv_heads)](
         _descriptor(q, block_m), _descriptor(k, block_n), _descriptor(v, block_n), _descriptor(do, block_m),
         _descriptor(dk, block_n), _descriptor(dv, block_n), lse2, delta, _float32_descriptor(dq_acc, block_m), heads, kv_heads, heads // kv_heads,

@@ -1,8 +1,10 @@
-"""The Gluon attention backward's dQ pass (DQ="separate" in hopper_backward.py): one program per NUM_CONSUMERS *
-BLOCK_N queries of a query head, each consumer warpgroup holding BLOCK_N of them (Q, dO, their lse and delta)
-while the forward's loader warp streams the key blocks (BLOCK_M keys each) they see through a NUM_STAGES-deep
-K/V ring: S = Q K^T and dP = dO V^T by asynchronous wgmma, P = exp2(S - lse), dS = P (dP - delta), dQ += dS K,
-the sum kept in registers and stored once, so no atomics.
+"""The Gluon attention backward's query-side passes: one program per NUM_CONSUMERS * BLOCK_N queries of a query
+head, each consumer warpgroup holding BLOCK_N of them (Q, dO, their lse and delta) while the forward's loader warp
+streams the key blocks (BLOCK_M keys each) they see through a NUM_STAGES-deep K/V ring: S = Q K^T and dP = dO V^T
+by asynchronous wgmma, P = exp2(S - lse); then either the dQ pass (DQ="separate" in hopper_backward.py): dS =
+P (dP - delta), dQ += dS K, the sum kept in registers and stored once, so no atomics; or the delta pass
+(DELTA="recomputed"): delta = rowsum(P * dP) / rowsum(P) from the kernel's own P and dP, as flash_attn_backward's
+delta="recomputed" has it, written before the other kernels read it.
 """
 
 from __future__ import annotations
@@ -24,12 +26,12 @@ if GLUON_MISSING is None:
 
 
 @_jit
-def _dq_consumer(descs, bufs, bars, ptrs, b, head, bh, tile_start, nq_pad, nk, n_loaded, qk_scale, sm_scale,
+def _dq_consumer(descs, bufs, bars, ptrs, b, head, bh, tile_start, nq, nq_pad, nk, n_loaded, qk_scale, sm_scale,
                  CONSUMER: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr,
-                 NUM_STAGES: gl.constexpr, CAUSAL: gl.constexpr, SPLIT_DS: gl.constexpr):
-    """One warpgroup: dQ of query rows row0..row0+BLOCK_M (the kernel's BLOCK_N) against the key blocks it needs
-    of the n_loaded streamed; blocks it does not need it releases unread. Keys past Nk (zeros) are masked:
-    their P would be exp2(-lse), unbounded."""
+                 NUM_STAGES: gl.constexpr, CAUSAL: gl.constexpr, SPLIT_DS: gl.constexpr, DELTA: gl.constexpr):
+    """One warpgroup: dQ (with DELTA: delta) of query rows row0..row0+BLOCK_M (the kernel's BLOCK_N) against the
+    key blocks it needs of the n_loaded streamed; blocks it does not need it releases unread. Keys past Nk
+    (zeros) are masked: their P would be exp2(-lse), unbounded."""
     q_desc, do_desc, dq_desc = descs
     q_bufs, do_bufs, k_bufs, v_bufs = bufs
     own_bars, k_ready, k_empty, v_ready, v_empty = bars
@@ -57,13 +59,16 @@ def _dq_consumer(descs, bufs, bars, ptrs, b, head, bh, tile_start, nq_pad, nk, n
     tma.async_copy_global_to_shared(do_desc, [b, head, row0, 0], own, do_bufs.index(CONSUMER))
     rows = row0 + gl.arange(0, BLOCK_M, gl.SliceLayout(1, s_layout))
     lse = gl.expand_dims(gl.load(lse_ptr + bh.to(gl.int64) * nq_pad + rows), 1)  # padded: no mask
-    delta = gl.expand_dims(gl.load(delta_ptr + bh.to(gl.int64) * nq_pad + rows), 1)
+    if not DELTA:
+        delta = gl.expand_dims(gl.load(delta_ptr + bh.to(gl.int64) * nq_pad + rows), 1)
     mbarrier.wait(own, 0)
     q = q_buf.reshape([BLOCK_M, HEAD_DIM])
     do = do_bufs.index(CONSUMER).reshape([BLOCK_M, HEAD_DIM])
 
     s_zero = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, s_layout)
     dq = gl.zeros([BLOCK_M, HEAD_DIM], gl.float32, acc_layout)
+    p_dp = gl.zeros([BLOCK_M], gl.float32, gl.SliceLayout(1, s_layout))  # DELTA's sums
+    p_sum = gl.zeros([BLOCK_M], gl.float32, gl.SliceLayout(1, s_layout))
     for j in range(n_loaded):
         stage = j % NUM_STAGES
         phase = (j // NUM_STAGES) & 1
@@ -84,32 +89,39 @@ def _dq_consumer(descs, bufs, bars, ptrs, b, head, bh, tile_start, nq_pad, nk, n
                 p = gl.where(ok, p, 0.0)
             dp = warpgroup_mma_wait(0, deps=(dp_tok,))
             mbarrier.arrive(v_empty.index(stage))
-            ds = p * (dp - delta)
-            ds_hi = ds.to(dtype)
-            ds_op = gl.convert_layout(ds_hi, op_layout)
-            dq_tok = warpgroup_mma(ds_op, k, dq, is_async=True)
-            if SPLIT_DS:
-                ds_lo_op = gl.convert_layout((ds - ds_hi.to(gl.float32)).to(dtype), op_layout)
-                dq_tok = warpgroup_mma(ds_lo_op, k, dq_tok, is_async=True)
-                dq, ds_op, ds_lo_op = warpgroup_mma_wait(0, deps=(dq_tok, ds_op, ds_lo_op))
+            if DELTA:
+                p_dp += gl.sum(p * dp, 1)
+                p_sum += gl.sum(p, 1)
             else:
-                dq, ds_op = warpgroup_mma_wait(0, deps=(dq_tok, ds_op))
+                ds = p * (dp - delta)
+                ds_hi = ds.to(dtype)
+                ds_op = gl.convert_layout(ds_hi, op_layout)
+                dq_tok = warpgroup_mma(ds_op, k, dq, is_async=True)
+                if SPLIT_DS:
+                    ds_lo_op = gl.convert_layout((ds - ds_hi.to(gl.float32)).to(dtype), op_layout)
+                    dq_tok = warpgroup_mma(ds_lo_op, k, dq_tok, is_async=True)
+                    dq, ds_op, ds_lo_op = warpgroup_mma_wait(0, deps=(dq_tok, ds_op, ds_lo_op))
+                else:
+                    dq, ds_op = warpgroup_mma_wait(0, deps=(dq_tok, ds_op))
         else:
             mbarrier.arrive(v_empty.index(stage))
         mbarrier.arrive(k_empty.index(stage))
-    q.store((dq * sm_scale).to(dtype))  # Q's buffer is free: every wgmma reading it has retired
-    fence_async_shared()
-    tma.async_copy_shared_to_global(dq_desc, [b, head, row0, 0], q_buf)  # rows past Nq are clipped
-    tma.store_wait(0)
+    if DELTA:  # every row below Nq sees a key (key 0), its P there near 1 at the row's largest score
+        gl.store(delta_ptr + bh.to(gl.int64) * nq_pad + rows, p_dp / p_sum, mask=rows < nq)
+    else:
+        q.store((dq * sm_scale).to(dtype))  # Q's buffer is free: every wgmma reading it has retired
+        fence_async_shared()
+        tma.async_copy_shared_to_global(dq_desc, [b, head, row0, 0], q_buf)  # rows past Nq are clipped
+        tma.store_wait(0)
 
 
 @_jit(do_not_specialize=["n_heads", "group", "nq", "nk"])
 def _attn_bwd_dq_kernel(q_desc, do_desc, dq_desc, k_desc, v_desc, lse_ptr, delta_ptr, n_heads, group, nq, nk,
                         nq_pad, qk_scale, sm_scale, HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
                         NUM_STAGES: gl.constexpr, NUM_CONSUMERS: gl.constexpr, CAUSAL: gl.constexpr,
-                        SPLIT_DS: gl.constexpr, CONSUMER_REGISTERS: gl.constexpr):
+                        SPLIT_DS: gl.constexpr, DELTA: gl.constexpr, CONSUMER_REGISTERS: gl.constexpr):
     """Program (t, bh): NUM_CONSUMERS * BLOCK_M queries (BLOCK_M here is the config's BLOCK_N) of head
-    bh % n_heads of batch bh // n_heads; causal tiles run longest first."""
+    bh % n_heads of batch bh // n_heads, their dQ (with DELTA: their delta); causal tiles run longest first."""
     tile = gl.program_id(0)
     if CAUSAL:
         tile = gl.num_programs(0) - 1 - tile
@@ -147,27 +159,29 @@ def _attn_bwd_dq_kernel(q_desc, do_desc, dq_desc, k_desc, v_desc, lse_ptr, delta
     kv_head = head // group
     if NUM_CONSUMERS == 1:
         gl.warp_specialize([
-            (_dq_consumer, (descs, bufs, bars, ptrs, b, head, bh, tile_start, nq_pad, nk, n_loaded, qk_scale, sm_scale,
-                            0, BLOCK_M, BLOCK_N, HEAD_DIM, NUM_STAGES, CAUSAL, SPLIT_DS)),
+            (_dq_consumer, (descs, bufs, bars, ptrs, b, head, bh, tile_start, nq, nq_pad, nk, n_loaded, qk_scale,
+                            sm_scale, 0, BLOCK_M, BLOCK_N, HEAD_DIM, NUM_STAGES, CAUSAL, SPLIT_DS, DELTA)),
             (_loader, (k_desc, v_desc, k_bufs, v_bufs, k_ready, k_empty, v_ready, v_empty, b, kv_head, n_loaded,
                        BLOCK_N, NUM_STAGES)),
         ], [1], [24])
     else:
         gl.warp_specialize([
-            (_dq_consumer, (descs, bufs, bars, ptrs, b, head, bh, tile_start, nq_pad, nk, n_loaded, qk_scale, sm_scale,
-                            0, BLOCK_M, BLOCK_N, HEAD_DIM, NUM_STAGES, CAUSAL, SPLIT_DS)),
-            (_dq_consumer, (descs, bufs, bars, ptrs, b, head, bh, tile_start, nq_pad, nk, n_loaded, qk_scale, sm_scale,
-                            1, BLOCK_M, BLOCK_N, HEAD_DIM, NUM_STAGES, CAUSAL, SPLIT_DS)),
+            (_dq_consumer, (descs, bufs, bars, ptrs, b, head, bh, tile_start, nq, nq_pad, nk, n_loaded, qk_scale,
+                            sm_scale, 0, BLOCK_M, BLOCK_N, HEAD_DIM, NUM_STAGES, CAUSAL, SPLIT_DS, DELTA)),
+            (_dq_consumer, (descs, bufs, bars, ptrs, b, head, bh, tile_start, nq, nq_pad, nk, n_loaded, qk_scale,
+                            sm_scale, 1, BLOCK_M, BLOCK_N, HEAD_DIM, NUM_STAGES, CAUSAL, SPLIT_DS, DELTA)),
             (_loader, (k_desc, v_desc, k_bufs, v_bufs, k_ready, k_empty, v_ready, v_empty, b, kv_head, n_loaded,
                        BLOCK_N, NUM_STAGES)),
         ], [4, 1], [CONSUMER_REGISTERS, 24])
 
 
 def launch_dq(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, lse2: torch.Tensor,
-              delta: torch.Tensor, nq_pad: int, dq: torch.Tensor, causal: bool, scale: float, config: dict, maxnreg: int):
+              delta: torch.Tensor, nq_pad: int, dq: torch.Tensor, causal: bool, scale: float, config: dict, maxnreg: int,
+              *, recompute_delta: bool = False):
     """dQ of attention into dq (q's dtype and shape, TMA-addressable) from lse * log2(e) and delta, (B * Hq, nq_pad)
-    float32 (rows padded with zeros to a multiple of 128), with the backward's config (its BLOCK_N queries a consumer, BLOCK_M keys a step); the compiled
-    kernel. Nq, Nk > 0."""
+    float32 (rows padded with zeros to a multiple of 128), with the backward's config (its BLOCK_N queries a
+    consumer, BLOCK_M keys a step); with recompute_delta, delta's rows below Nq instead, from the kernel's own P and
+    dP (dq untouched). The compiled kernel. Nq, Nk > 0."""
     batch, heads, nq, d = q.shape
     rows, keys = config["BLOCK_N"], config["BLOCK_M"]
     consumers = config["NUM_CONSUMERS"]
@@ -176,6 +190,7 @@ def launch_dq(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tenso
         _descriptor(q, rows), _descriptor(do, rows), _descriptor(dq, rows), _descriptor(k, keys),
         _descriptor(v, keys), lse2, delta, heads, heads // k.shape[1], nq, k.shape[2], nq_pad, scale * LOG2E, scale,
         HEAD_DIM=d, BLOCK_M=rows, BLOCK_N=keys, NUM_STAGES=config["NUM_STAGES"], NUM_CONSUMERS=consumers,
-        CAUSAL=causal, SPLIT_DS=config["SPLIT_DS"], CONSUMER_REGISTERS=config["CONSUMER_REGISTERS"], num_warps=4,
+        CAUSAL=causal, SPLIT_DS=config["SPLIT_DS"], DELTA=recompute_delta, CONSUMER_REGISTERS=config["CONSUMER_REGISTERS"],
+        num_warps=4,
         maxnreg=maxnreg,
     )
