@@ -38,7 +38,7 @@ SEPARATE = {
     "PINGPONG": False,
 }
 """The probe's fastest config at head dim 128 (benchmarks/results/H100/hopper-attention-backward-probe.md), with the
-delta it recomputes (engine.OUTPUT_DELTA_FAILED)."""
+delta it recomputes (space_.OUTPUT_DELTA_FAILED)."""
 
 
 @pytest.fixture

@@ -4,13 +4,11 @@ cancellation leaves dQ small. On the problem where the Gluon backward's dQ faile
 way), and pass with delta recomputed from their own P and dP. So the backward's space refuses delta="output" for half
 inputs, either engine, and the runtime no longer serves a stored row that has it."""
 
-import json
-
+import planted_rows
 import torch
 
 import autotune
-from autotune import gpu, runtime
-from autotune.db import BestRow, ConfigStore
+from autotune import runtime
 from autotune.gate.verify import check_problem
 from autotune.kernels.attention import problems as problems_
 from autotune.search_spaces import flash_attn_backward_gluon as engine
@@ -61,25 +59,11 @@ def test_a_stored_row_with_the_outputs_delta_is_not_served(user_db):
     bucket = spec.bucket(problem)
 
     def served(delta: str) -> dict:
-        with ConfigStore(str(user_db)) as store:
-            store.record_best(
-                BestRow(
-                    kernel=spec.name,
-                    source_hash=spec.source_hash,
-                    gpu=gpu.current_gpu().name,
-                    device_name="test",
-                    dtype="bf16",
-                    bucket=bucket,
-                    config_json=json.dumps({**TRITON, "delta": delta}),
-                    problem_json=json.dumps(problem),
-                    time_ms=1.0 if delta == "output" else 2.0,  # the faster row replaces the other (one key)
-                    baseline_time_ms=3.0,
-                    examples_verified=1,
-                    triton_version="x",
-                    torch_version="y",
-                )
-            )
-        runtime.clear_cache()
+        # the faster row replaces the other (one key)
+        time_ms = 1.0 if delta == "output" else 2.0
+        planted_rows.store(
+            user_db, spec.name, bucket, time_ms, 3.0, problem=problem, config={**TRITON, "delta": delta}, dtype="bf16"
+        )
         return runtime.TunedConfigs(spec).resolve(torch.bfloat16, bucket, problem).config
 
     assert served("recomputed") == {**TRITON, "delta": "recomputed"}  # the row's config

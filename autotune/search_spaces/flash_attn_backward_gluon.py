@@ -65,15 +65,7 @@ DEFAULT_CONFIG = {"BLOCK_M": 64, "BLOCK_N": 64, "NUM_STAGES": 2, "NUM_CONSUMERS"
                   "DQ": "atomic", "SPLIT_DS": False, "EARLY_DP": False, "PINGPONG": False,
                   "DELTA": "recomputed"}  # fmt: skip
 """FlashAttention-3's shape for head dim 128: two consumer warpgroups of 64 keys each, 64-query blocks, dQ by
-atomics; delta recomputed (OUTPUT_DELTA_FAILED)."""
-OUTPUT_DELTA_FAILED = (
-    "delta = rowsum(dO * O) of the output rounded to the inputs' dtype errs where a row's cancellation leaves dQ"
-    " small: the Gluon backward's dQ failed `db verify` on an H200 (2026-11-28: causal, Nq 2, Nk 187, head dim 64,"
-    " magnitude 0.01, seed 85904523: error 0.225 over a budget of 0.0285, PyTorch's 0.00518), and the Triton"
-    " kernels with delta='output' fail there alike (0.225; 0.00347 recomputed)"
-)
-"""Why delta="output" is refused for half inputs, either engine (flash_attn's backward space): the failure is the
-arithmetic's, not a kernel's, and a search's draws meet it by chance (one seed in three on that problem)."""
+atomics; delta recomputed (flash_attn.OUTPUT_DELTA_FAILED)."""
 
 
 COMBINED_128_FAILED = (
@@ -81,8 +73,8 @@ COMBINED_128_FAILED = (
     " budget of 0.024) after passing the search's final check; refused until the cause is found"
 )
 """Why DQ="combined" with BLOCK_M=128 is refused (its compiled code is left as it is: the other configs' rows hold).
-That row took delta from the output, and its failing problem is OUTPUT_DELTA_FAILED's kind (causal, two queries):
-the likely cause, not yet measured again with delta recomputed."""
+That row took delta from the output, and its failing problem is flash_attn.OUTPUT_DELTA_FAILED's kind (causal, two
+queries): the likely cause, not yet measured again with delta recomputed."""
 
 
 def shared_memory_bytes(config: dict, head_dim: int, element_size: int = 2) -> int:
@@ -222,7 +214,8 @@ FP16_DS = "split"
 cancellation leaves dQ (bfloat16 keeps float32's exponent): every fp16 backward search on the H200 (2026-11-28) saw
 both rounded-dS starts fail their final check (dq error 0.0189 against a budget of 0.00268 at Nq=2, Nk=8193,
 causal, head dim 64), then stored the default config, 6x slower. Those starts took delta from the output
-(OUTPUT_DELTA_FAILED's kind of problem): whether rounded dS passes with delta recomputed is not yet measured."""
+(flash_attn.OUTPUT_DELTA_FAILED's kind of problem): whether rounded dS passes with delta recomputed is not yet
+measured."""
 
 
 def starts(p: Problem) -> list[Config]:

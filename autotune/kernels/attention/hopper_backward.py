@@ -2,7 +2,7 @@
 lse * log2(e) and delta = rowsum(dO * O) per query row (padded, so the kernels read them unmasked); with
 DELTA="recomputed" a pass of the dQ kernel (hopper_backward_dq.py) then rewrites delta as rowsum(P * dP) /
 rowsum(P) from its own P and dP: the rounded output's delta errs where a row's cancellation leaves dQ small
-(search_spaces/flash_attn_backward_gluon.py, OUTPUT_DELTA_FAILED). Then one
+(search_spaces/flash_attn.py, OUTPUT_DELTA_FAILED). Then one
 program per NUM_CONSUMERS * BLOCK_N keys of a key/value head holds its K and V tiles in shared memory while a
 producer warp streams the query blocks of every query head of its GQA group (Q and dO, by TMA, into a
 NUM_STAGES-deep ring guarded by mbarriers). Each consumer warpgroup owns BLOCK_N of the keys and, per block of

@@ -191,6 +191,5 @@ def launch_dq(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tenso
         _descriptor(v, keys), lse2, delta, heads, heads // k.shape[1], nq, k.shape[2], nq_pad, scale * LOG2E, scale,
         HEAD_DIM=d, BLOCK_M=rows, BLOCK_N=keys, NUM_STAGES=config["NUM_STAGES"], NUM_CONSUMERS=consumers,
         CAUSAL=causal, SPLIT_DS=config["SPLIT_DS"], DELTA=recompute_delta, CONSUMER_REGISTERS=config["CONSUMER_REGISTERS"],
-        num_warps=4,
-        maxnreg=maxnreg,
+        num_warps=4, maxnreg=maxnreg,
     )
