@@ -110,15 +110,17 @@ def test_triton_configs_fix_the_gluon_parameters_and_leave_combined_to_it(hopper
     [
         (HALF_128, {"BLOCK_M": 64, "dq": "separate"}),
         (HALF_64, {"BLOCK_M": 64, "dq": "atomic"}),
-        # fp16: dS split, which passes the gate where rounded dS does not there
-        ({**HALF_128, "dtype": "fp16", "causal": True, "batch": 16, "nq": 1024, "nk": 1024}, {"ds": "split"}),
+        # fp16: the same, then the first again with dS split (FP16_DS)
+        ({**HALF_128, "dtype": "fp16", "causal": True, "batch": 16, "nq": 1024, "nk": 1024}, {"dq": "separate"}),
     ],
 )
 def test_on_hopper_a_search_draws_both_engines_and_starts_from_the_probes_best(hopper, problem, best):
     starts = BACKWARD_SPACE.starts(problem)
-    assert len(starts) == 2 and starts[0] == BACKWARD_SPACE.validate({**SEPARATE, **best})
+    fp16 = problem["dtype"] == "fp16"
+    assert len(starts) == 2 + fp16 and starts[0] == BACKWARD_SPACE.validate({**SEPARATE, **best})
     assert all(BACKWARD_SPACE.rejects(s, problem) is None for s in starts)
-    assert {s["ds"] for s in starts} == {"split" if problem["dtype"] == "fp16" else "rounded"}
+    assert [s["ds"] for s in starts] == ["rounded", "rounded"] + ["split"] * fp16
+    assert not fp16 or starts[2] == {**starts[0], "ds": "split"}
     study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=0))
     drawn = [BACKWARD_SPACE.suggest(study.ask(), problem) for _ in range(400)]
     assert {c["engine"] for c in drawn} == {"triton", "gluon"}
