@@ -11,13 +11,14 @@ import time
 
 SCRIPT = textwrap.dedent(
     """
-    import sys, torch
+    import faulthandler, signal, sys, torch
     import autotune
     from autotune.db import ConfigStore
     from autotune.engine import retune as retuning
     from autotune.engine.plan import SearchOptions
 
     if __name__ == "__main__":
+        faulthandler.register(signal.SIGUSR1, all_threads=True)  # where it is, should it not exit in time
         with ConfigStore(sys.argv[1]) as store:
             report = retuning.retune(
                 [autotune.get(n) for n in ("softmax", "layer_norm")],
@@ -50,7 +51,14 @@ def test_ctrl_c_ends_a_retune_with_workers_promptly(tmp_path):
         time.sleep(3)  # compiles and checks in flight in the workers
         os.killpg(process.pid, signal.SIGINT)
         interrupted = time.monotonic()
-        out, err = process.communicate(timeout=60)
+        try:
+            out, err = process.communicate(timeout=60)
+        except subprocess.TimeoutExpired:  # fail with every thread's stack (a hang seen once in CI's full run)
+            process.send_signal(signal.SIGUSR1)
+            time.sleep(2)
+            os.killpg(process.pid, signal.SIGKILL)
+            out, err = process.communicate()
+            raise AssertionError(f"no exit within 60 s of Ctrl-C; its threads then:\n{err[-6000:]}") from None
         took = time.monotonic() - interrupted
     finally:
         if process.poll() is None:
