@@ -197,6 +197,30 @@ def test_several_trailing_dims_parameters_and_strided_inputs():
     torch.testing.assert_close(layer_norm(padded, 33), F.layer_norm(padded, (33,)))
 
 
+def test_rows_that_reshape_only_by_a_copy_take_the_planned_launch(monkeypatch):
+    # A U-Net's spatial transformer normalizes (batch, positions, channels) views of (batch, channels, positions):
+    # their rows are copied as torch's norm copies them, then launched as a contiguous call shape is (planned
+    # once, bound once), not through Triton's binding on every call (~40 us of host time a call on the H200).
+    from autotune.kernels.norm import layer_norm as module
+
+    def per_call_binding(*args):
+        raise AssertionError("forward_rows: bound on every call")
+
+    monkeypatch.setattr(module, "forward_rows", per_call_binding)
+    x = torch.randn(2, 24, 6).transpose(1, 2)
+    r = torch.randn(2, 24, 6).transpose(1, 2)
+    w, b = torch.randn(24), torch.randn(24)
+    y = layer_norm(x, 24, w, b)
+    torch.testing.assert_close(y, F.layer_norm(x, (24,), w, b))
+    y, h = rms_norm(torch.randn(2, 6, 24), 24, w, residual=r)  # a non-contiguous residual alone
+    assert y.is_contiguous() and h.is_contiguous()
+    xg = x.clone().requires_grad_()
+    layer_norm(xg, 24, w, b).square().sum().backward()
+    xt = x.clone().requires_grad_()
+    F.layer_norm(xt, (24,), w, b).square().sum().backward()
+    torch.testing.assert_close(xg.grad, xt.grad)
+
+
 def test_fp32_parameters_with_half_activations():
     x = torch.randn(4, 64).to(torch.bfloat16)
     w, b = torch.randn(64), torch.randn(64)
