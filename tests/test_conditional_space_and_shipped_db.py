@@ -217,11 +217,10 @@ def test_the_h200s_gluon_backward_rows_recompute_delta():
     # and shipped four with delta recomputed; the forty-fourth's head dim 64 searches chose Gluon at five more.
     spec = autotune.get("flash_attn_backward")
     with ConfigStore(db.as_url(str(db.shipped_path())), readonly=True) as store:
-        rows = [r for r in store.best_rows() if r.kernel == spec.name and r.gpu == "H200" and r.dtype == "bf16"]
+        h200 = [r for r in store.best_rows() if r.kernel == spec.name and r.gpu == "H200"]
+    rows = [r for r in h200 if r.dtype == "bf16"]
     assert {r.device_name for r in rows} == {"NVIDIA H200"} and len(rows) == 26
-    gluon = [spec.current_config(r) for r in rows if spec.current_config(r)["engine"] == "gluon"]
-    assert len(gluon) == 9 and {c["delta"] for c in gluon} == {"recomputed"}
-    with ConfigStore(db.as_url(str(db.shipped_path())), readonly=True) as store:
-        fp16 = [r for r in store.best_rows() if r.kernel == spec.name and r.gpu == "H200" and r.dtype == "fp16"]
-    gluon = [spec.current_config(r) for r in fp16 if spec.current_config(r)["engine"] == "gluon"]
-    assert len(gluon) == 17 and {c["delta"] for c in gluon} == {"recomputed"}
+    for dtype, count in (("bf16", 9), ("fp16", 17)):
+        configs = [spec.current_config(r) for r in h200 if r.dtype == dtype]
+        gluon = [c for c in configs if c["engine"] == "gluon"]
+        assert len(gluon) == count and {c["delta"] for c in gluon} == {"recomputed"}

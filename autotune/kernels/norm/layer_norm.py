@@ -405,14 +405,6 @@ class _ContiguousNorm(torch.autograd.Function):
 def _norm(x, shape, weight, bias, eps: float, residual, rms: bool):
     eps = float(eps)
     eager = not torch.compiler.is_compiling() and type(x) in _checks.EAGER_TYPES
-    if eager and x.numel() and not (x.is_contiguous() and (residual is None or residual.is_contiguous())):
-        # Rows that reshape only by a copy (a transposed (batch, positions, channels) view, say): the copy torch's
-        # norm makes too, then the planned launch of contiguous rows rather than Triton's binding on every call.
-        k = len(shape)
-        rows, residual_rows = as_rows(x, k), as_rows(residual, k)
-        if rows.is_contiguous() and (residual_rows is None or residual_rows.is_contiguous()):
-            out = _norm(rows, (rows.shape[1],), weight, bias, eps, residual_rows, rms)
-            return out.view(x.shape) if residual is None else (out[0].view(x.shape), out[1].view(x.shape))
     grad = torch.is_grad_enabled() and (x.requires_grad or weight is not None and weight.requires_grad
                                         or bias is not None and bias.requires_grad
                                         or residual is not None and residual.requires_grad)
@@ -425,7 +417,14 @@ def _norm(x, shape, weight, bias, eps: float, residual, rms: bool):
             y, h, _ = _forward_contiguous(x, weight, bias, residual, eps, rms, n, keep_mean=False)
         return y if residual is None else (y, h)
     k = len(shape)
-    args = (as_rows(x, k), flat(weight), flat(bias), as_rows(residual, k), eps, rms)
+    rows, residual_rows = as_rows(x, k), as_rows(residual, k)
+    if (eager and x.numel() and rows.is_contiguous() and (residual_rows is None or residual_rows.is_contiguous())
+            and not (x.is_contiguous() and (residual is None or residual.is_contiguous()))):
+        # Rows that reshape only by a copy (a transposed (batch, positions, channels) view, say): the copy torch's
+        # norm makes too, then the planned launch of contiguous rows rather than Triton's binding on every call.
+        out = _norm(rows, (rows.shape[1],), weight, bias, eps, residual_rows, rms)
+        return out.view(x.shape) if residual is None else (out[0].view(x.shape), out[1].view(x.shape))
+    args = (rows, flat(weight), flat(bias), residual_rows, eps, rms)
     if grad or not eager:
         y, h, _, _ = _fused_norm(*args)  # also what torch.compile traces
     else:
