@@ -140,8 +140,9 @@ def verify(kernel: str, config_json: str | None, dtypes: tuple[str, ...], exampl
     "warm_start",
     multiple=True,
     metavar="CONFIG",
-    help="A config to try first, as JSON (keys left out take the default's), e.g. one of a triton.autotune "
-    "list; repeatable. Verified and timed like every trial.",
+    help="A config to try among the first trials, as JSON (keys left out take the default's), e.g. one of a "
+    "triton.autotune list; repeatable. Tried right after the space's default and the bucket's stored best (with "
+    "--cold, right after the default), which --trials counts too. Verified and timed like every trial.",
 )
 @click.option(
     "--cold",
