@@ -35,6 +35,7 @@ from autotune.kernels.attention.hopper_backward_dkdv import _attn_bwd_dkdv_kerne
 from autotune.kernels.attention.hopper_backward_dq import launch_dq
 from autotune.kernels.attention.hopper_forward import GLUON_MISSING, LOG2E, _descriptor
 from autotune.kernels.common.grid import cdiv
+from autotune.kernels.common.tma_layouts import nvmma_layout
 from autotune.search_spaces.flash_attn_backward_gluon import (  # noqa: F401 (the kernel's config facts)
     BARRIER_BYTES,
     CHOICES,
@@ -45,7 +46,6 @@ from autotune.search_spaces.flash_attn_backward_gluon import (  # noqa: F401 (th
 from autotune.search_spaces.flash_attn_gluon import register_split
 
 if GLUON_MISSING is None:
-    from triton.experimental.gluon import language as gl
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
 
@@ -107,8 +107,7 @@ def supported(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = 
 def _float32_descriptor(t: torch.Tensor, rows: int) -> TensorDescriptor:
     """A TMA descriptor over a contiguous float32 (B, H, N, D), adding [1, 1, rows, D] tiles."""
     block = [1, 1, rows, t.shape[-1]]
-    return TensorDescriptor(t, list(t.shape), list(t.stride()), block,
-                            gl.NVMMASharedLayout.get_default_for(block, gl.float32))
+    return TensorDescriptor(t, list(t.shape), list(t.stride()), block, nvmma_layout(tuple(block), torch.float32))
 
 
 def _addressable(t: torch.Tensor) -> torch.Tensor:

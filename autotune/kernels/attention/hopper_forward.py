@@ -22,6 +22,7 @@ import triton
 
 from autotune import gpu
 from autotune.kernels.common.grid import cdiv
+from autotune.kernels.common.tma_layouts import nvmma_layout
 from autotune.search_spaces.flash_attn_gluon import (  # noqa: F401 (the kernel's config facts, used by its callers)
     BARRIER_BYTES,
     CHOICES,
@@ -346,8 +347,7 @@ def _tma_strides(t: torch.Tensor) -> list[int]:
 def _descriptor(t: torch.Tensor, rows: int) -> TensorDescriptor:
     """A TMA descriptor over (B, H, N, D) reading [1, 1, rows, D] tiles, clipping (zero-filling loads) per dim."""
     block = [1, 1, rows, t.shape[-1]]
-    layout = gl.NVMMASharedLayout.get_default_for(block, gl.bfloat16 if t.dtype == torch.bfloat16 else gl.float16)
-    return TensorDescriptor(t, list(t.shape), _tma_strides(t), block, layout)
+    return TensorDescriptor(t, list(t.shape), _tma_strides(t), block, nvmma_layout(tuple(block), t.dtype))
 
 
 def launch(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor, lse: torch.Tensor, causal: bool,

@@ -23,6 +23,7 @@ import triton
 
 from autotune import gpu
 from autotune.kernels.common.grid import cdiv
+from autotune.kernels.common.tma_layouts import nvmma_layout
 from autotune.search_spaces import hopper_gemm_config as cfg
 
 try:
@@ -330,15 +331,11 @@ def gated_supported(x: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor, a
     return None if config is None else cfg.config_problem(config, gated=True)
 
 
-def _layout(block: list[int], dtype: torch.dtype):
-    return gl.NVMMASharedLayout.get_default_for(block, gl.bfloat16 if dtype == torch.bfloat16 else gl.float16)
-
-
 def _descriptor(t: torch.Tensor, block: list[int]) -> TensorDescriptor:
     """A TMA descriptor over the 2-D t (unit stride last) reading `block` tiles, zero-filling past its edges. A
     single row's stride, which TMA never steps along, is set to one it accepts."""
     stride = t.stride(0) if t.shape[0] > 1 else cdiv(t.shape[1] * t.element_size(), _ALIGNMENT) * _ALIGNMENT // t.element_size()
-    return TensorDescriptor(t, list(t.shape), [stride, 1], block, _layout(block, t.dtype))
+    return TensorDescriptor(t, list(t.shape), [stride, 1], block, nvmma_layout(tuple(block), t.dtype))
 
 
 def _a_read(a: torch.Tensor, config: dict) -> tuple[TensorDescriptor, bool]:
@@ -361,7 +358,10 @@ def _launch(a, b, u, outs, m: int, n: int, k: int, config: dict, gated: bool, ac
     a_desc, a_t = _a_read(a, config)
     b_desc, b_t = _b_read(b, config)
     u_desc = _b_read(u, config)[0] if gated else b_desc
-    c_desc, g_desc, uo_desc = (_descriptor(t, [config["BLOCK_M"], config["BLOCK_N"]]) for t in outs)
+    out_block = [config["BLOCK_M"], config["BLOCK_N"]]
+    c_desc = _descriptor(outs[0], out_block)
+    # A plain product writes c alone, and hands it as all three outputs: one descriptor serves them.
+    g_desc, uo_desc = (c_desc if t is outs[0] else _descriptor(t, out_block) for t in outs[1:])
     consumers = config["NUM_CONSUMERS"]
     maxnreg, _ = cfg.register_split(consumers, config["CONSUMER_REGISTERS"])
     tiles = cdiv(m, cfg.tile_rows(config)) * cdiv(n, config["BLOCK_N"])
