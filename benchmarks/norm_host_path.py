@@ -1,6 +1,7 @@
 """Host time per call of the public layer_norm, rms_norm and group_norm, forward and backward
 (softmax for reference), and
-of the matmul family's matmul, linear and mlp: what one call costs the CPU before the GPU sees any work.
+of the matmul family's matmul, linear, mlp and gated_mlp (its forward + backward too): what one call costs the CPU
+before the GPU sees any work.
 
     python benchmarks/norm_host_path.py                  # this tree: one JSON object on stdout
     python benchmarks/norm_host_path.py --tree before=/path/to/old --tree after=. --out benchmarks/results/NAME
@@ -40,7 +41,8 @@ from autotune import gpu
 
 CASES = [
     # (label, kernel, shape, mode): mode "call" times the public function; "requires grad" with x requiring
-    # grad (the forward records a graph); "forward+backward" a forward recording a graph, then its backward.
+    # grad (the forward records a graph); "forward+backward" a forward recording a graph, then its backward;
+    # "training" the same with every float input requiring grad (a layer's parameters too).
     ("layer_norm", "layer_norm", "64x512", "call"),
     ("layer_norm +res", "layer_norm", "64x512+res", "call"),
     ("rms_norm", "rms_norm", "64x512", "call"),
@@ -65,6 +67,8 @@ CASES = [
     ("matmul", "matmul", "64x64x64", "call"),
     ("linear + bias + gelu_tanh", "linear", "64x128x64,bias,gelu_tanh", "call"),
     ("mlp (+ bias, gelu_tanh)", "mlp", "64x64x128x32,bias,gelu_tanh", "call"),
+    ("gated_mlp (silu)", "gated_mlp", "64x64x128x32", "call"),
+    ("gated_mlp (silu), forward+backward, every input requires grad", "gated_mlp", "64x64x128x32", "training"),
     # The same three with their GEMMs reading through tensor descriptors (what the H100's rows mostly take):
     # the config forced, in the measuring process only.
     ("matmul, tma_persistent", "matmul", "64x64x64", "call", {"matmul": "tma_persistent"}),
@@ -92,6 +96,8 @@ KERNEL_MODULES = {
     "autotune.kernels.fused_softmax.softmax": ("_KERNELS",),
     "autotune.kernels.gemm.gemm": ("_gemm_kernel", "_split_k_sum_kernel"),
     "autotune.kernels.gemm.mlp": ("_mlp_fused_kernel",),
+    "autotune.kernels.gemm.gated": ("_gated_kernel",),
+    "autotune.kernels.gemm.gated_backward": ("_gated_backward_kernel",),
     "autotune.kernels.norm.group_norm": (
         "_group_norm_single_kernel",
         "_group_norm_looped_kernel",
@@ -157,14 +163,18 @@ def make_call(kernel: str, shape: str, mode: str, dtype: torch.dtype):
     inputs = spec.make_inputs(spec.parse_shape(shape), dtype, gpu.device(), 0)
     if mode == "call":
         return lambda: spec.public(inputs)
-    inputs["x"].requires_grad_(True)
+    for name, value in inputs.items():
+        if name == "x" or (mode == "training" and isinstance(value, torch.Tensor) and value.is_floating_point()):
+            value.requires_grad_(True)
     if mode == "requires grad":
         return lambda: spec.public(inputs)
-    dy = torch.randn_like(inputs["x"]).detach()
+    dy = torch.randn_like(spec.public(inputs)).detach()  # the output's shape (a launch stubbed leaves it unwritten)
 
     def forward_backward():
         torch.autograd.backward(spec.public(inputs), dy)
-        inputs["x"].grad = None
+        for value in inputs.values():
+            if isinstance(value, torch.Tensor):
+                value.grad = None
 
     return forward_backward
 
