@@ -24,6 +24,11 @@ def same_launch(a: tuple, b: tuple) -> bool:
             return True
         if isinstance(x, torch.Tensor) or isinstance(y, torch.Tensor):
             return type(x) is type(y) and (x.dtype, x.shape, x.stride()) == (y.dtype, y.shape, y.stride())
+        if hasattr(x, "block_shape"):  # a TMA descriptor made per call: over the same memory, tiles and layout
+            views = (x.base, y.base)  # a view made per call (a weight's transpose, [g | u]'s halves)
+            same_memory = len({(t.data_ptr(), t.dtype, t.shape, t.stride()) for t in views}) == 1
+            fields = ("shape", "strides", "block_shape", "layout", "padding")
+            return type(x) is type(y) and same_memory and all(getattr(x, f) == getattr(y, f) for f in fields)
         return x == y
 
     return len(a) == len(b) and all(
@@ -300,6 +305,24 @@ def kept_launches(case) -> None:
         [gb._gated_backward_kernel],
         lambda kept: gb._launch(dh, gu, dgu, "silu", {"BLOCK": 128, "num_warps": 4}, table=gb._TUNED if kept else None),
     )
+
+    # The Gluon Hopper GEMM: a plain product and a gated one with [g | u], one grid, other constexprs (two kept
+    # launches); its TMA descriptors are made anew each call, the launch bound once each.
+    from autotune.kernels.gemm import gated_mlp, hopper_gemm
+    from autotune.kernels.gemm import matmul as matmul_
+    from autotune.search_spaces import hopper_gemm_config as gemm_config
+
+    a, b = torch.randn(256, 128, dtype=torch.bfloat16), torch.randn(128, 256, dtype=torch.bfloat16)
+    w, c = torch.randn(256, 128, dtype=torch.bfloat16), torch.empty(256, 256, dtype=torch.bfloat16)
+    h, g_u = torch.empty(256, 256, dtype=torch.bfloat16), torch.empty(256, 512, dtype=torch.bfloat16)
+    plain, gated = dict(gemm_config.DEFAULT_CONFIG), dict(gemm_config.DEFAULT_GATED_CONFIG)
+
+    def gemms(kept: bool) -> None:
+        hopper_gemm.launch_matmul(a, b, c, plain, matmul_._TUNED_MATMUL if kept else None)
+        hopper_gemm.launch_gated(a, w, w, h, g_u, "silu", gated, gated_mlp._TUNED if kept else None)
+
+    gemm = hopper_gemm._hopper_gemm_kernel
+    check_kept("the Gluon Hopper GEMM (plain, then gated with [g | u])", [gemm, gemm], gemms)
 
 
 if __name__ == "__main__":

@@ -3,8 +3,8 @@
 repeated calls (the later ones prebound), after the call shape changes, on a misaligned view (which must go back
 through Triton), in each dtype, channels-last and with a residual; flash_attn likewise (its Triton engine's launches,
 planned per kernel and grid), and the backward launches kept per kernel and grid (rms_norm's, rope's, flash_attn's,
-gated_mlp's elementwise step) in a forward and backward through autograd; and the later calls do skip Triton's
-binding."""
+gated_mlp's elementwise step, the Gluon Hopper GEMM's per grid and constexprs) in a forward and backward through
+autograd; and the later calls do skip Triton's binding."""
 
 import pytest
 import torch
@@ -53,6 +53,7 @@ def _calls(dtype):
     w320, b320, w4096 = rand(320), rand(320), rand(4096)
     cos, sin = rand(1, 512, 64), rand(1, 512, 64)
     w_gate, w_up, w_down = rand(1024, 512) * 0.05, rand(1024, 512) * 0.05, rand(512, 1024) * 0.05
+    llama = (rand(14336, 4096) * 0.02, rand(14336, 4096) * 0.02, rand(4096, 14336) * 0.01)
     return [
         ("group_norm silu", lambda: (rand(2, 320, 64, 64),), lambda x: group_norm(x, 32, w320, b320, 1e-5, "silu")),
         (
@@ -93,6 +94,11 @@ def _calls(dtype):
             "gated_mlp forward and backward",
             lambda: (rand(256, 512),),
             _trained(lambda x, wg, wu, wd: gated_mlp(x, wg, wu, wd), w_gate, w_up, w_down),
+        ),
+        (  # near the Llama buckets, whose rows run the Gluon GEMM: its launches kept per grid and constexprs
+            "gated_mlp forward and backward, Gluon rows' sizes",
+            lambda: (rand(1024, 4096),),
+            _trained(lambda x, wg, wu, wd: gated_mlp(x, wg, wu, wd), *llama),
         ),
     ]
 

@@ -3,8 +3,8 @@ each launch hands the compiled kernel's launcher (tests/prebound_launch_check.py
 it what `kernel[grid](...)` would, without Triton's per-call binding; a call the binder would specialize differently
 (a tensor's alignment, an integer, an option) goes through Triton; it is on by default, off with AUTOTUNE_PREBOUND=0;
 group_norm's, layer_norm's and flash_attn's planned launches bind once, their unplanned ones go through Triton; the
-kept launches of rope's forward and backward, the norms' backward, flash_attn's backward and gated_mlp's backward
-step bind once and hand the launcher what Triton's launch does."""
+kept launches of rope's forward and backward, the norms' backward, flash_attn's backward, gated_mlp's backward
+step and the Gluon Hopper GEMM bind once and hand the launcher what Triton's launch does."""
 
 import pytest
 from gpu_triton import GPU_TRITON_VERSION, run_compile_script
@@ -37,6 +37,8 @@ CASES = {
         for delta in ("recomputed", "output")
     ),
     "gated_mlp's backward step: the kept launches bind once and hand the launcher what Triton does",
+    "the Gluon Hopper GEMM (plain, then gated with [g | u]): the kept launches bind once and hand the launcher what "
+    "Triton does",
 }
 
 

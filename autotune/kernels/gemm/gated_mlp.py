@@ -53,8 +53,10 @@ def gated_rows(x, w_gate, b_gate, w_up, b_up, activation: str, store_gu: bool,
     h = x.new_empty((m, n))
     gu = x.new_empty((m, 2 * n) if store_gu else (0,))
     if not _gluon.is_triton(config):
-        run = _gluon.launch_gated if checked else _gluon.run_gated
-        run(x, w_gate, w_up, h, gu if store_gu else None, activation, config)
+        if checked:  # a public call: its launch kept bound
+            _gluon.launch_gated(x, w_gate, w_up, h, gu if store_gu else None, activation, config, _TUNED)
+        else:
+            _gluon.run_gated(x, w_gate, w_up, h, gu if store_gu else None, activation, config)
         return h, gu
     launch = _TUNED.derived(
         ("gated", x.dtype, m, n, k, x.stride(), w_gate.stride(), w_up.stride(), h.stride(), b_gate is not None,

@@ -90,9 +90,11 @@ def gated_refuses(x: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor, b_g
     )
 
 
-def launch_matmul(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, config: Config) -> None:
-    """c (M, N, contiguous) = a @ b on the Gluon GEMM, unchecked (see matmul_refuses)."""
-    hopper_gemm.launch_matmul(a, b, c, engines.kernel_config(config))
+def launch_matmul(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, config: Config,
+                  table: runtime.TunedConfigs | None = None) -> None:
+    """c (M, N, contiguous) = a @ b on the Gluon GEMM, unchecked (see matmul_refuses); a public call passes its
+    runtime table, which keeps the launch bound (`launch.kept`)."""
+    hopper_gemm.launch_matmul(a, b, c, engines.kernel_config(config), table)
 
 
 def run_matmul(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, config: Config, name: str = "matmul") -> None:
@@ -103,10 +105,10 @@ def run_matmul(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, config: Config
 
 
 def launch_gated(x: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor, h: torch.Tensor, gu: torch.Tensor | None,
-                 activation: str, config: Config) -> None:
+                 activation: str, config: Config, table: runtime.TunedConfigs | None = None) -> None:
     """h = act(x @ w_gate.T) * (x @ w_up.T), and [g | u] into gu where given, on the Gluon GEMM, unchecked (see
-    gated_refuses)."""
-    hopper_gemm.launch_gated(x, w_gate, w_up, h, gu, activation, engines.kernel_config(config))
+    gated_refuses); `table` as launch_matmul's."""
+    hopper_gemm.launch_gated(x, w_gate, w_up, h, gu, activation, engines.kernel_config(config), table)
 
 
 def run_gated(x: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor, h: torch.Tensor, gu: torch.Tensor | None,

@@ -22,6 +22,7 @@ import torch
 import triton
 
 from autotune import gpu
+from autotune.kernels.common import launch as launch_
 from autotune.kernels.common.grid import cdiv
 from autotune.kernels.common.tma_layouts import nvmma_layout
 from autotune.search_spaces import hopper_gemm_config as cfg
@@ -354,7 +355,8 @@ def _b_read(b: torch.Tensor, config: dict) -> tuple[TensorDescriptor, bool]:
     return _descriptor(b.t(), [config["BLOCK_N"], config["BLOCK_K"]]), True
 
 
-def _launch(a, b, u, outs, m: int, n: int, k: int, config: dict, gated: bool, activation: str, store_gu: bool):
+def _launch(a, b, u, outs, m: int, n: int, k: int, config: dict, gated: bool, activation: str, store_gu: bool,
+            table=None):
     a_desc, a_t = _a_read(a, config)
     b_desc, b_t = _b_read(b, config)
     u_desc = _b_read(u, config)[0] if gated else b_desc
@@ -366,36 +368,39 @@ def _launch(a, b, u, outs, m: int, n: int, k: int, config: dict, gated: bool, ac
     maxnreg, _ = cfg.register_split(consumers, config["CONSUMER_REGISTERS"])
     tiles = cdiv(m, cfg.tile_rows(config)) * cdiv(n, config["BLOCK_N"])
     sms = torch.cuda.get_device_properties(a.device).multi_processor_count if a.is_cuda else 1  # 1: a compile
-    return _hopper_gemm_kernel[(min(tiles, sms),)](
-        a_desc, b_desc, u_desc, c_desc, g_desc, uo_desc, m, n, k,
+    meta = dict(
         BLOCK_M=config["BLOCK_M"], BLOCK_N=config["BLOCK_N"], BLOCK_K=config["BLOCK_K"], GROUP_M=config["GROUP_M"],
         NUM_STAGES=config["NUM_STAGES"], NUM_CONSUMERS=consumers, PINGPONG=config["SCHEDULE"] == "pingpong",
         CONSUMER_REGISTERS=config["CONSUMER_REGISTERS"], A_T=a_t, B_T=b_t, GATED=gated,
         ACTIVATION=ACTIVATIONS[activation], STORE_GU=store_gu, num_warps=4, maxnreg=maxnreg,
     )
+    # A public call's launch is kept per grid and constexprs (`launch.kept`: bound once, the next call straight to
+    # the launcher); the gate's and the search's (table None) go through Triton's own.
+    launch = launch_.kept(table, _hopper_gemm_kernel, (min(tiles, sms),), role=tuple(meta.items()))
+    return launch(a_desc, b_desc, u_desc, c_desc, g_desc, uo_desc, m, n, k, **meta)
 
 
-def launch_matmul(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, config: dict):
-    """c (M, N, row-major) = a (M, K) @ b (K, N) with one config, unchecked (see supported); the compiled kernel,
-    or None where nothing ran."""
+def launch_matmul(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, config: dict, table=None):
+    """c (M, N, row-major) = a (M, K) @ b (K, N) with one config, unchecked (see supported); the compiled kernel
+    (None where nothing ran, or where the kept launch of a public call's runtime `table` ran it)."""
     (m, k), n = a.shape, b.shape[1]
     if m * n == 0:
         return None
     if k == 0:
         c.zero_()
         return None
-    return _launch(a, b, b, (c, c, c), m, n, k, config, False, "none", False)
+    return _launch(a, b, b, (c, c, c), m, n, k, config, False, "none", False, table)
 
 
 def launch_gated(x: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor, h: torch.Tensor, gu: torch.Tensor | None,
-                 activation: str, config: dict):
+                 activation: str, config: dict, table=None):
     """h (M, H) = act(x @ w_gate.T) * (x @ w_up.T), and where gu is given (a contiguous (M, 2H)) [g | u] into it,
-    with one config, unchecked (see gated_supported); the compiled kernel, or None where nothing ran."""
+    with one config, unchecked (see gated_supported); the compiled kernel as launch_matmul says."""
     (m, k), n = x.shape, w_gate.shape[0]
     if m * n == 0:
         return None
     outs = (h, h, h) if gu is None else (h, gu[:, :n], gu[:, n:])
-    return _launch(x, w_gate.t(), w_up.t(), outs, m, n, k, config, True, activation, gu is not None)
+    return _launch(x, w_gate.t(), w_up.t(), outs, m, n, k, config, True, activation, gu is not None, table)
 
 
 def hopper_matmul(a: torch.Tensor, b: torch.Tensor, config: dict | None = None) -> torch.Tensor:

@@ -89,7 +89,7 @@ def matmul_batched(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     if isinstance(launch, dict):  # the bucket's Gluon config
         if batch == 1 and _gluon.matmul_refuses(a[0], b[0], launch) is None:
             runtime.note_launch("matmul", launch)
-            _gluon.launch_matmul(a[0], b[0], y[0], launch)
+            _gluon.launch_matmul(a[0], b[0], y[0], launch, _TUNED_MATMUL)
             return y
         launch = _gluon.triton_plan(_TUNED_MATMUL, key, lambda: _gluon.triton_config(_TUNED_MATMUL, a.dtype, {"m": m, "n": n, "k": k, "batch": rows}), plan)
     if not launch.empty:
@@ -122,7 +122,7 @@ def linear_rows(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None
     if isinstance(launch, dict):  # the bucket's Gluon config
         if _gluon.linear_refuses(x, weight, bias, activation, save_pre, launch) is None:
             runtime.note_launch("linear", launch)
-            _gluon.launch_matmul(x, weight.t(), y, launch)
+            _gluon.launch_matmul(x, weight.t(), y, launch, _TUNED_LINEAR)
             return y, z
         launch = _gluon.triton_plan(_TUNED_LINEAR, key, lambda: _gluon.triton_config(_TUNED_LINEAR, x.dtype, {"m": m, "n": n, "k": k, "batch": 0}), plan)
     if not launch.empty:
