@@ -69,12 +69,13 @@ def _guard(args: Sequence[Any]) -> tuple:
     for a in args:
         if isinstance(a, torch.Tensor):
             key.append((a.dtype, a.data_ptr() % 16 == 0))
-        elif hasattr(a, "block_shape") and isinstance(getattr(a, "base", None), torch.Tensor):
-            # A TMA tensor descriptor: the binder specializes on its dtype, block and shared layout (not its shape,
-            # strides or address, which the launcher encodes anew each launch); its padding decides that encoding.
-            key.append((type(a), a.base.dtype, tuple(a.block_shape), getattr(a, "layout", None), getattr(a, "padding", None)))
         elif isinstance(a, float):
             key.append(float)
+        elif not isinstance(a, (int, str)) and isinstance(getattr(a, "base", None), torch.Tensor):
+            # A TMA tensor descriptor: the binder specializes on its dtype, block and shared layout (not its shape,
+            # strides or address, which the launcher encodes anew each launch); its padding decides that encoding.
+            layout, padding = getattr(a, "layout", None), getattr(a, "padding", None)
+            key.append((type(a), a.base.dtype, tuple(a.block_shape), layout, padding))
         else:
             key.append((type(a), a))  # the type too: True == 1, but Triton types a bool i1 and an int i32
     return tuple(key)
