@@ -3,8 +3,8 @@
 repeated calls (the later ones prebound), after the call shape changes, on a misaligned view (which must go back
 through Triton), in each dtype, channels-last and with a residual; flash_attn likewise (its Triton engine's launches,
 planned per kernel and grid), and the backward launches kept per kernel and grid (rms_norm's, rope's, flash_attn's,
-gated_mlp's elementwise step, the Gluon Hopper GEMM's per grid and constexprs) in a forward and backward through
-autograd; and the later calls do skip Triton's binding."""
+gated_mlp's elementwise step, the Gluon Hopper GEMM's and the Gluon attention's per grid and constexprs) in a forward
+and backward through autograd; and the later calls do skip Triton's binding."""
 
 import pytest
 import torch
@@ -90,6 +90,11 @@ def _calls(dtype):
             _trained(lambda x: rope(x[:, :8], x[:, 8:], cos, sin)),
         ),
         ("flash_attn forward and backward, causal", lambda: (rand(4, 3, 8, 256, 64),), _attention_trained),
+        (  # head dim 128 at a preset's sequence, whose 16-bit rows run the Gluon kernels: kept per grid and constexprs
+            "flash_attn forward and backward, Gluon rows' sizes",
+            lambda: (rand(2, 3, 4, 1024, 128),),
+            _attention_trained,
+        ),
         (
             "gated_mlp forward and backward",
             lambda: (rand(256, 512),),

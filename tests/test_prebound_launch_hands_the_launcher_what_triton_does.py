@@ -4,7 +4,8 @@ it what `kernel[grid](...)` would, without Triton's per-call binding; a call the
 (a tensor's alignment, an integer, an option) goes through Triton; it is on by default, off with AUTOTUNE_PREBOUND=0;
 group_norm's, layer_norm's and flash_attn's planned launches bind once, their unplanned ones go through Triton; the
 kept launches of rope's forward and backward, the norms' backward, flash_attn's backward, gated_mlp's backward
-step and the Gluon Hopper GEMM bind once and hand the launcher what Triton's launch does."""
+step, the Gluon Hopper GEMM and the Gluon attention's forward and backward bind once and hand the launcher what
+Triton's launch does."""
 
 import pytest
 from gpu_triton import GPU_TRITON_VERSION, run_compile_script
@@ -39,6 +40,9 @@ CASES = {
     "gated_mlp's backward step: the kept launches bind once and hand the launcher what Triton does",
     "the Gluon Hopper GEMM (plain, then gated with [g | u]): the kept launches bind once and hand the launcher what "
     "Triton does",
+    "the Gluon attention forward: the kept launches bind once and hand the launcher what Triton does",
+    "the Gluon attention backward (delta recomputed, dQ separate): the kept launches bind once and hand the launcher "
+    "what Triton does",
 }
 
 

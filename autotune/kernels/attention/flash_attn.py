@@ -303,10 +303,10 @@ def launch(q, k, v, o, lse, causal: bool, scale: float, config: dict, *, checked
            planned: bool = False) -> None:
     """Attention of q (B, Hq, Nq, D) over k, v (B, Hk, Nk, D), Hq a multiple of Hk, into o (B, Hq, Nq, D)
     and the log-sum-exp lse (B, Hq, Nq, contiguous, of compute_dtype), with one config. Unit stride along D
-    is required. `checked`: the caller has asked `gluon_refuses` of this call already. `planned`: the Triton
-    engine's launches are kept bound for later calls (`_at`)."""
+    is required. `checked`: the caller has asked `gluon_refuses` of this call already. `planned`: the launches
+    (either engine's) are kept bound for later calls (`_at`; the Gluon kernel's per grid and constexprs)."""
     if config.get("engine") == "gluon":
-        return _launch_gluon(q, k, v, o, lse, causal, scale, config, checked)
+        return _launch_gluon(q, k, v, o, lse, causal, scale, config, checked, _TUNED if planned else None)
     batch, heads, nq, d = q.shape
     kv_heads, nk = k.shape[1], k.shape[2]
     if batch * heads * nq == 0:
@@ -363,10 +363,11 @@ def gluon_refuses(q, k, v, o, causal: bool, scale: float, config: dict) -> str |
     return gluon_.supported(q, k, v, causal, scale, engines.kernel_config(config))
 
 
-def _launch_gluon(q, k, v, o, lse, causal: bool, scale: float, config: dict, checked: bool) -> None:
+def _launch_gluon(q, k, v, o, lse, causal: bool, scale: float, config: dict, checked: bool, table) -> None:
     if not checked and (reason := gluon_refuses(q, k, v, o, causal, scale, config)) is not None:
         raise ValueError(f"flash_attn: engine=gluon cannot run this call: {reason}")
-    gluon_.launch(q, k, v, o, lse, causal, scale, engines.kernel_config(config))  # o and natural-log lse, as ours
+    # o and natural-log lse, as ours; a public call's launch kept bound (table: its runtime configs)
+    gluon_.launch(q, k, v, o, lse, causal, scale, engines.kernel_config(config), table)
 
 
 def _launch_spec(inputs: Inputs, config: dict, out):

@@ -276,9 +276,9 @@ def launch(do, q, k, v, o, lse, dq, dk, dv, causal: bool, scale: float, config: 
     """Gradients of attention of q (B, Hq, Nq, D) over k, v (B, Hk, Nk, D) into dq, dk, dv (dk and dv of
     one layout), from the output o and its log-sum-exp (B, Hq, Nq, contiguous, of compute_dtype), with one
     config. Unit stride along D is required. `checked`: the caller has asked `gluon_refuses` of this call already.
-    table: a public call's runtime table, whose kept Triton launches bind once (`launch.kept`)."""
+    table: a public call's runtime table, whose kept launches (either engine's) bind once (`launch.kept`)."""
     if config.get("engine") == "gluon":
-        return _launch_gluon(do, q, k, v, o, lse, dq, dk, dv, causal, scale, config, checked)
+        return _launch_gluon(do, q, k, v, o, lse, dq, dk, dv, causal, scale, config, checked, table)
     batch, heads, nq, d = q.shape
     kv_heads, nk = k.shape[1], k.shape[2]
     if batch * heads * nq == 0 or nk == 0:  # no query sees a key: every gradient is 0
@@ -340,10 +340,11 @@ def gluon_refuses(do, q, k, v, o, lse, dq, dk, dv, causal: bool, scale: float, c
     return gluon_.supported(q, k, v, causal, scale, engines.kernel_config(config), grads=(dq, dk, dv))
 
 
-def _launch_gluon(do, q, k, v, o, lse, dq, dk, dv, causal: bool, scale: float, config: dict, checked: bool) -> None:
+def _launch_gluon(do, q, k, v, o, lse, dq, dk, dv, causal: bool, scale: float, config: dict, checked: bool,
+                  table) -> None:
     if not checked and (reason := gluon_refuses(do, q, k, v, o, lse, dq, dk, dv, causal, scale, config)) is not None:
         raise ValueError(f"flash_attn_backward: engine=gluon cannot run this call: {reason}")
-    gluon_.launch(do, q, k, v, o, lse.contiguous(), dq, dk, dv, causal, scale, engines.kernel_config(config))
+    gluon_.launch(do, q, k, v, o, lse.contiguous(), dq, dk, dv, causal, scale, engines.kernel_config(config), table)
 
 
 def make_inputs(problem: dict, dtype: torch.dtype, device: torch.device, seed: int) -> Inputs:

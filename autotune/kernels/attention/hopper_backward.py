@@ -34,6 +34,7 @@ from autotune.kernels.attention import hopper_forward
 from autotune.kernels.attention.hopper_backward_dkdv import _attn_bwd_dkdv_kernel
 from autotune.kernels.attention.hopper_backward_dq import launch_dq
 from autotune.kernels.attention.hopper_forward import GLUON_MISSING, LOG2E, _descriptor
+from autotune.kernels.common import launch as launch_
 from autotune.kernels.common.grid import cdiv
 from autotune.kernels.common.tma_layouts import nvmma_layout
 from autotune.search_spaces.flash_attn_backward_gluon import (  # noqa: F401 (the kernel's config facts)
@@ -77,12 +78,12 @@ def _rows_kernel(o_ptr, do_ptr, lse_ptr, lse2_ptr, delta_ptr, stride_ob, stride_
     tl.store(lse2_ptr + out, lse * 1.4426950408889634)
 
 
-def _rows(o: torch.Tensor, do: torch.Tensor, lse: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, int]:
+def _rows(o: torch.Tensor, do: torch.Tensor, lse: torch.Tensor, table=None) -> tuple[torch.Tensor, torch.Tensor, int]:
     """(lse * log2(e), delta, nq_pad): per-row buffers (B * H, nq_pad) float32 of rows padded to ROWS_PAD."""
     batch, heads, nq, d = o.shape
     nq_pad = cdiv(nq, ROWS_PAD) * ROWS_PAD
     lse2, delta = (torch.empty((batch * heads, nq_pad), dtype=torch.float32, device=o.device) for _ in range(2))
-    _rows_kernel[(nq_pad // ROWS_BLOCK, batch * heads)](
+    launch_.kept(table, _rows_kernel, (nq_pad // ROWS_BLOCK, batch * heads))(
         o, do, lse, lse2, delta, *o.stride()[:3], *do.stride()[:3], heads, nq, nq_pad,
         HEAD_DIM=d, BLOCK_M=ROWS_BLOCK, num_warps=4,
     )
@@ -114,11 +115,11 @@ def _addressable(t: torch.Tensor) -> torch.Tensor:
     return t if hopper_forward._tma_problem("t", t) is None else t.clone(memory_format=torch.contiguous_format)
 
 
-def launch(do, q, k, v, o, lse, dq, dk, dv, causal: bool, scale: float, config: dict) -> dict:
+def launch(do, q, k, v, o, lse, dq, dk, dv, causal: bool, scale: float, config: dict, table=None) -> dict:
     """Gradients of attention of q (B, Hq, Nq, D) over k, v (B, Hk, Nk, D) into dq, dk, dv from the output o, its
     natural log-sum-exp (B, Hq, Nq) float32 contiguous and dO, with one config, unchecked (see supported); as
     flash_attn_backward.launch takes them. The compiled kernels by name ("delta", "dkdv", "dq"), None where none
-    ran."""
+    ran or where the kept launches of a public call's runtime `table` ran them (`launch.kept`)."""
     batch, heads, nq, d = q.shape
     kv_heads, nk = k.shape[1], k.shape[2]
     kernels = {"delta": None, "dkdv": None, "dq": None}
@@ -134,7 +135,7 @@ def launch(do, q, k, v, o, lse, dq, dk, dv, causal: bool, scale: float, config: 
         dv[:, :, 0] = do.to(torch.float64).unflatten(1, (kv_heads, heads // kv_heads)).sum((2, 3)).to(dv.dtype)
         return kernels
     do, o = _addressable(do), _addressable(o)
-    lse2, delta, nq_pad = _rows(o, do, lse)
+    lse2, delta, nq_pad = _rows(o, do, lse, table)
     block_m, block_n, consumers = config["BLOCK_M"], config["BLOCK_N"], config["NUM_CONSUMERS"]
     maxnreg, _ = register_split(consumers, config["CONSUMER_REGISTERS"])
     atomic = config["DQ"] in ("atomic", "combined")
@@ -143,18 +144,23 @@ def launch(do, q, k, v, o, lse, dq, dk, dv, causal: bool, scale: float, config: 
     dq_acc = make((batch, heads, nq_pad if atomic else block_m, d), dtype=torch.float32, device=q.device)
     if config["DELTA"] == "recomputed":  # before the kernels that read it
         kernels["delta"] = launch_dq(do, q, k, v, lse2, delta, nq_pad, dq, causal, scale, config, maxnreg,
-                                     recompute_delta=True)
-    kernels["dkdv"] = _attn_bwd_dkdv_kernel[(cdiv(nk, block_n * consumers), batch * kv_heads)](
+                                     recompute_delta=True, table=table)
+    meta = dict(
+        HEAD_DIM=d, BLOCK_M=block_m, BLOCK_N=block_n, NUM_STAGES=config["NUM_STAGES"], NUM_CONSUMERS=consumers,
+        CAUSAL=causal, ATOMIC_DQ=atomic, COMBINE_DQ=config["DQ"] == "combined", SPLIT_DS=config["SPLIT_DS"],
+        EARLY_DP=config["EARLY_DP"], PINGPONG=config["PINGPONG"], CONSUMER_REGISTERS=config["CONSUMER_REGISTERS"],
+        num_warps=4, maxnreg=maxnreg,
+    )
+    grid = (cdiv(nk, block_n * consumers), batch * kv_heads)
+    kernels["dkdv"] = launch_.kept(table, _attn_bwd_dkdv_kernel, grid, role=tuple(meta.items()))(
         _descriptor(q, block_m), _descriptor(k, block_n), _descriptor(v, block_n), _descriptor(do, block_m),
-        _descriptor(dk, block_n), _descriptor(dv, block_n), lse2, delta, _float32_descriptor(dq_acc, block_m), heads, kv_heads, heads // kv_heads,
-        nq, nk, nq_pad, scale * LOG2E, scale, HEAD_DIM=d, BLOCK_M=block_m, BLOCK_N=block_n, NUM_STAGES=config["NUM_STAGES"],
-        NUM_CONSUMERS=consumers, CAUSAL=causal, ATOMIC_DQ=atomic, COMBINE_DQ=config["DQ"] == "combined", SPLIT_DS=config["SPLIT_DS"], EARLY_DP=config["EARLY_DP"],
-        PINGPONG=config["PINGPONG"], CONSUMER_REGISTERS=config["CONSUMER_REGISTERS"], num_warps=4, maxnreg=maxnreg,
+        _descriptor(dk, block_n), _descriptor(dv, block_n), lse2, delta, _float32_descriptor(dq_acc, block_m),
+        heads, kv_heads, heads // kv_heads, nq, nk, nq_pad, scale * LOG2E, scale, **meta,
     )
     if atomic:
         torch.mul(dq_acc[:, :, :nq], scale, out=dq)  # the kernel adds dQ unscaled; one pass scales and casts
     else:
-        kernels["dq"] = launch_dq(do, q, k, v, lse2, delta, nq_pad, dq, causal, scale, config, maxnreg)
+        kernels["dq"] = launch_dq(do, q, k, v, lse2, delta, nq_pad, dq, causal, scale, config, maxnreg, table=table)
     return kernels
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import torch
 
 from autotune.kernels.attention.hopper_forward import GLUON_MISSING, LOG2E, _descriptor, _jit, _loader
+from autotune.kernels.common import launch as launch_
 from autotune.kernels.common.grid import cdiv
 
 if GLUON_MISSING is None:
@@ -177,19 +178,22 @@ def _attn_bwd_dq_kernel(q_desc, do_desc, dq_desc, k_desc, v_desc, lse_ptr, delta
 
 def launch_dq(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, lse2: torch.Tensor,
               delta: torch.Tensor, nq_pad: int, dq: torch.Tensor, causal: bool, scale: float, config: dict, maxnreg: int,
-              *, recompute_delta: bool = False):
+              *, recompute_delta: bool = False, table=None):
     """dQ of attention into dq (q's dtype and shape, TMA-addressable) from lse * log2(e) and delta, (B * Hq, nq_pad)
     float32 (rows padded with zeros to a multiple of 128), with the backward's config (its BLOCK_N queries a
     consumer, BLOCK_M keys a step); with recompute_delta, delta's rows below Nq instead, from the kernel's own P and
-    dP (dq untouched). The compiled kernel. Nq, Nk > 0."""
+    dP (dq untouched). The compiled kernel (None where the kept launch of a public call's `table` ran it). Nq, Nk > 0."""
     batch, heads, nq, d = q.shape
     rows, keys = config["BLOCK_N"], config["BLOCK_M"]
     consumers = config["NUM_CONSUMERS"]
     grid = (cdiv(nq, rows * consumers), batch * heads)
-    return _attn_bwd_dq_kernel[grid](
-        _descriptor(q, rows), _descriptor(do, rows), _descriptor(dq, rows), _descriptor(k, keys),
-        _descriptor(v, keys), lse2, delta, heads, heads // k.shape[1], nq, k.shape[2], nq_pad, scale * LOG2E, scale,
+    meta = dict(
         HEAD_DIM=d, BLOCK_M=rows, BLOCK_N=keys, NUM_STAGES=config["NUM_STAGES"], NUM_CONSUMERS=consumers,
         CAUSAL=causal, SPLIT_DS=config["SPLIT_DS"], DELTA=recompute_delta, CONSUMER_REGISTERS=config["CONSUMER_REGISTERS"],
         num_warps=4, maxnreg=maxnreg,
+    )
+    return launch_.kept(table, _attn_bwd_dq_kernel, grid, role=tuple(meta.items()))(
+        _descriptor(q, rows), _descriptor(do, rows), _descriptor(dq, rows), _descriptor(k, keys),
+        _descriptor(v, keys), lse2, delta, heads, heads // k.shape[1], nq, k.shape[2], nq_pad, scale * LOG2E, scale,
+        **meta,
     )

@@ -21,6 +21,7 @@ import torch
 import triton
 
 from autotune import gpu
+from autotune.kernels.common import launch as launch_
 from autotune.kernels.common.grid import cdiv
 from autotune.kernels.common.tma_layouts import nvmma_layout
 from autotune.search_spaces.flash_attn_gluon import (  # noqa: F401 (the kernel's config facts, used by its callers)
@@ -351,9 +352,10 @@ def _descriptor(t: torch.Tensor, rows: int) -> TensorDescriptor:
 
 
 def launch(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor, lse: torch.Tensor, causal: bool,
-           scale: float, config: dict):
+           scale: float, config: dict, table=None):
     """Attention of q (B, H, Nq, D) over k, v (B, Hkv, Nk, D) into o (B, H, Nq, D) and lse (B, H, Nq) float32
-    contiguous, with one config, unchecked (see supported); the compiled kernel, or None if nothing ran."""
+    contiguous, with one config, unchecked (see supported); the compiled kernel, or None if nothing ran or the kept
+    launch of a public call's runtime `table` ran it (`launch.kept`: bound once per grid and constexprs)."""
     batch, heads, nq, d = q.shape
     kv_heads, nk = k.shape[1], k.shape[2]
     if batch * heads * nq == 0:
@@ -365,12 +367,14 @@ def launch(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor, l
     block_m, consumers = config["BLOCK_M"], config["NUM_CONSUMERS"]
     maxnreg, _ = register_split(consumers, config["CONSUMER_REGISTERS"])
     grid = (cdiv(nq, block_m * consumers), batch * heads)
-    return _attn_fwd_kernel[grid](
-        _descriptor(q, block_m), _descriptor(k, config["BLOCK_N"]), _descriptor(v, config["BLOCK_N"]),
-        _descriptor(o, block_m), lse, heads, heads // kv_heads, nq, nk, scale * LOG2E,
+    meta = dict(
         HEAD_DIM=d, BLOCK_M=block_m, BLOCK_N=config["BLOCK_N"], NUM_STAGES=config["NUM_STAGES"],
         NUM_CONSUMERS=consumers, CAUSAL=causal, PINGPONG=config["PINGPONG"],
         CONSUMER_REGISTERS=config["CONSUMER_REGISTERS"], num_warps=4, maxnreg=maxnreg,
+    )
+    return launch_.kept(table, _attn_fwd_kernel, grid, role=tuple(meta.items()))(
+        _descriptor(q, block_m), _descriptor(k, config["BLOCK_N"]), _descriptor(v, config["BLOCK_N"]),
+        _descriptor(o, block_m), lse, heads, heads // kv_heads, nq, nk, scale * LOG2E, **meta,
     )
 
 

@@ -17,9 +17,9 @@ outputs were bit-equal to Triton's launch (tests/test_gpu_prebound_launch_comput
 Used by the planned launches (kept per call shape) of group_norm's forward kernels that run one program per group
 and of layer_norm's and rms_norm's forward, and by the launches public calls keep per kernel and grid (`kept`):
 flash_attn's forward and backward on its Triton engine, rope's forward and backward, the norms' backward,
-gated_mlp's backward elementwise step, and the Gluon Hopper GEMM's public launches (kept per grid and constexprs; a
-TMA descriptor argument is matched by what the binder specializes it on: dtype, block and layout; 81-107 -> 48 us a
-plain launch with the stand-in driver)."""
+gated_mlp's backward elementwise step, and the Gluon kernels' public launches, the Hopper GEMM's and the attention
+forward's and backward's (kept per grid and constexprs; a TMA descriptor argument is matched by what the binder
+specializes it on: dtype, block and layout)."""
 
 from __future__ import annotations
 
