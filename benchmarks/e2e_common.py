@@ -4,7 +4,8 @@ host between kernels), the goals table and the Markdown + JSON report.
 
 Timing: `autotune.measure.bench.time_balanced`, the measurement of `autotune bench`: each variant runs once
 (compiling), then all are timed by do_bench (CUDA events, L2 cleared before each call) in order and again in
-reverse, and the two medians averaged; with --graphs also replayed from a CUDA graph where the step can be captured.
+reverse, --rounds times, and the medians averaged; with --graphs also replayed from a CUDA graph where the step can be
+captured.
 Under the Triton interpreter (the --smoke runs) they are wall-clock times of the CPU, not GPU timings."""
 
 from __future__ import annotations
@@ -34,6 +35,13 @@ def common_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--variants", help="comma-separated subset of the variants (default: all available)")
     parser.add_argument("--graphs", action="store_true", help="also time each step replayed from a CUDA graph")
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=3,
+        help="timing rounds, each every variant in order and then in reverse (default 3: a GPU at its power cap "
+        "drifts by several percent within seconds)",
+    )
     parser.add_argument("--no-breakdown", dest="breakdown", action="store_false", help="skip the torch.profiler pass")
     parser.add_argument("--profile-steps", type=int, default=5, help="steps profiled per variant (default 5)")
     parser.add_argument(
@@ -166,9 +174,9 @@ def waits(step: Callable[[], object], steps: int) -> dict | None:
     return waits_by_launcher(kernels, steps)
 
 
-def time_variants(steps: dict[str, Callable[[], object]], graphs: bool) -> dict[str, dict]:
+def time_variants(steps: dict[str, Callable[[], object]], graphs: bool, rounds: int = 1) -> dict[str, dict]:
     """{variant: {"ms", "graph_ms"} or {"error"}}, timed in one process as `time_balanced` does."""
-    timed = bench.time_balanced(steps, graphs and gpu.device().type == "cuda")
+    timed = bench.time_balanced(steps, graphs and gpu.device().type == "cuda", rounds)
     out = {}
     for name in steps:
         result = timed[name]

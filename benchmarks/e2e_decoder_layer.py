@@ -247,7 +247,7 @@ def main() -> None:
 
     kernels = {name: common.launched(steps[name]) for name in names if name.startswith("autotune")}
     differences = common.differences({name: forward(layers[name], x, kwargs) for name in names}, "eager")
-    times = common.time_variants(steps, args.graphs)
+    times = common.time_variants(steps, args.graphs, args.rounds)
     breakdowns = {name: common.breakdown(steps[name], args.profile_steps) for name in names} if args.breakdown else {}
     waits = {name: common.waits(steps[name], args.profile_steps) for name in names} if args.breakdown else {}
     goals = common.goals_table(times, GOALS, kernels)
@@ -256,7 +256,8 @@ def main() -> None:
         (
             f"Llama decoder layer ({args.impl}) training step, batch {args.batch}, seq {args.seq}, hidden "
             f"{args.hidden}, {args.heads} heads / {args.kv_heads} KV, SwiGLU {args.intermediate}, {args.dtype}"
-        )
+        ),
+        f"{args.rounds} timing rounds",
     ]
     text = common.markdown(
         "End-to-end: Llama-style decoder layer, forward + backward",

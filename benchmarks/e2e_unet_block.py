@@ -198,7 +198,7 @@ def main() -> None:
     steps = {name: forward(blocks[name]) for name in names}
     kernels = {name: common.launched(steps[name]) for name in names if name.startswith("autotune")}
     differences = common.differences(steps, "eager")
-    times = common.time_variants(steps, args.graphs)
+    times = common.time_variants(steps, args.graphs, args.rounds)
     breakdowns = {name: common.breakdown(steps[name], args.profile_steps) for name in names} if args.breakdown else {}
     waits = {name: common.waits(steps[name], args.profile_steps) for name in names} if args.breakdown else {}
     goals = common.goals_table(times, GOALS, kernels)
@@ -208,7 +208,8 @@ def main() -> None:
             f"U-Net block ({args.impl}) forward, batch {args.batch}, {args.channels}x{args.latent}x{args.latent} "
             f"latents, {args.heads} heads, {args.groups} groups, context {args.context}x{args.context_dim}, "
             f"{args.dtype}"
-        )
+        ),
+        f"{args.rounds} timing rounds",
     ]
     text = common.markdown(
         "End-to-end: Stable-Diffusion-style U-Net ResNet + attention block, forward",

@@ -277,3 +277,14 @@ def test_implementations_are_timed_in_order_then_in_reverse_so_none_is_always_fi
     ]  # each run of one implementation's calls
     # Once each (compiling), a round in order, a round in reverse (torch's two rounds meet in the middle).
     assert runs == ["tuned", "default", "torch"] + ["tuned", "default", "torch"] + ["default", "tuned"]
+
+
+def test_more_rounds_alternate_the_order_and_are_averaged():
+    calls = []
+    timings = bench_.time_balanced({name: (lambda n=name: calls.append(n)) for name in ("a", "b")}, False, rounds=2)
+    runs = [name for i, name in enumerate(calls) if i == 0 or calls[i - 1] != name]
+    # Once each, then in order, in reverse, in order, in reverse (adjacent runs of one name meet in one).
+    assert runs == ["a", "b"] + ["a", "b", "a", "b", "a"]
+    assert timings["a"][0] > 0 and timings["b"][0] > 0
+    with pytest.raises(ValueError, match="rounds must be at least 1"):
+        bench_.time_balanced({"a": lambda: None}, False, rounds=0)

@@ -140,13 +140,16 @@ ROUND_REP_MS = 150
 
 
 def time_balanced(
-    calls: dict[str, Callable[[], object]], graphs: bool
+    calls: dict[str, Callable[[], object]], graphs: bool, rounds: int = 1
 ) -> dict[str, tuple[float, float | None] | Exception]:
     """Each call's time in ms (and replayed from a CUDA graph, with `graphs`), or the exception it raised.
     Every call runs once first (compiling Triton or Inductor), then all are timed in the given order
-    and again in reverse, and each time is the mean of its two medians: a GPU that heats and clocks down over
-    seconds of large products would otherwise favour whichever was timed first (on the H100 torch's linear +
-    gelu_tanh ran at 675 TFLOP/s timed first in a process and 603-618 timed after the tuned kernel)."""
+    and again in reverse (`rounds` times), and each time is the mean of its medians: a GPU that heats and clocks down
+    over seconds of large products would otherwise favour whichever was timed first (on the H100 torch's linear +
+    gelu_tanh ran at 675 TFLOP/s timed first in a process and 603-618 timed after the tuned kernel; an H200 held at its
+    700 W cap by a decoder layer's training step ran the same step 9.2-10.0 ms within one 30-step loop)."""
+    if rounds < 1:
+        raise ValueError(f"rounds must be at least 1, got {rounds}")
     results: dict[str, tuple[float, float | None] | Exception] = {}
     for name, fn in calls.items():
         try:
@@ -156,13 +159,13 @@ def time_balanced(
     if gpu.device().type == "cuda":
         torch.cuda.synchronize()
     order = [name for name in calls if name not in results]
-    rounds: dict[str, list[float]] = {name: [] for name in order}
-    for names in (order, order[::-1]):
+    medians: dict[str, list[float]] = {name: [] for name in order}
+    for names in (order, order[::-1]) * rounds:
         for name in names:
             if name in results:
                 continue
             try:
-                rounds[name].append(time_ms(calls[name], warmup_ms=25, rep_ms=ROUND_REP_MS))
+                medians[name].append(time_ms(calls[name], warmup_ms=25, rep_ms=ROUND_REP_MS))
             except Exception as exc:
                 results[name] = exc
     for name in order:
@@ -172,7 +175,7 @@ def time_balanced(
             except Exception as exc:
                 results[name] = exc
                 continue
-            results[name] = (sum(rounds[name]) / len(rounds[name]), graphed)
+            results[name] = (sum(medians[name]) / len(medians[name]), graphed)
     return results
 
 
