@@ -42,9 +42,12 @@ def merge(paths: list[str], dtype: str | None = None) -> dict:
         "records": [r for rs in records.values() for r in rs],
         "skipped": [s for run in runs for s in run.get("skipped", [])],
         "timing": timings.pop() if len(timings) == 1 else 'each run\'s own, given under "Runs combined"',
+        # a run that is itself a combination brings the runs it was made of
         "sources": [
-            {"file": pathlib.Path(p).name, "date": run["date"], "timing": run.get("timing", "unrecorded")}
+            source
             for p, run in zip(paths, runs)
+            for source in run.get("sources")
+            or [{"file": pathlib.Path(p).name, "date": run["date"], "timing": run.get("timing", "unrecorded")}]
         ],
     }
     merged["rows"] = report.rows(merged)
