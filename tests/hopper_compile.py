@@ -118,6 +118,25 @@ VARIANT_CONFIGS = {
         },
         "1x4/2x1:300x32",
     ),
+    "dv_split": (  # the backward's dV pass, P split into two half operands (GQA, causal)
+        "flash_attn_backward",
+        {
+            "BLOCK_M": 32,
+            "BLOCK_N": 32,
+            "num_warps": 4,
+            "num_stages": 2,
+            "dq": "separate",
+            "delta": "recomputed",
+            "ds": "split",
+            "dv": "split",
+            "engine": "triton",
+            "NUM_CONSUMERS": 1,
+            "CONSUMER_REGISTERS": 232,
+            "EARLY_DP": False,
+            "PINGPONG": False,
+        },
+        "1x4/2x100:300x64+causal",
+    ),
     "gated_tma_persistent": (
         "gated_mlp",
         {

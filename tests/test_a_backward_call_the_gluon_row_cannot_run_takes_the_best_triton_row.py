@@ -25,17 +25,18 @@ GLUON_ROW = {
     "CONSUMER_REGISTERS": 240,
     "dq": "atomic",
     "ds": "rounded",
+    "dv": "rounded",
     "delta": "recomputed",
     "EARLY_DP": False,
     "PINGPONG": False,
 }
 TRITON_ROW = {
-    **{k: v for k, v in BACKWARD_SPACE.default.items() if k not in engine.TRITON},
+    **{k: v for k, v in BACKWARD_SPACE.default.items() if k not in engine.TRITON and k != "dv"},
     "BLOCK_M": 32,
     "BLOCK_N": 32,
     "num_warps": 4,
 }
-"""A config stored before the engine existed (no Gluon keys), not the default."""
+"""A config stored before the engine existed (no Gluon keys, no dv), not the default."""
 PROBLEM = problems_.problem(1, 2, 130, 64, causal=True)
 
 
@@ -73,7 +74,7 @@ def test_the_gluon_rows_call_launches_the_best_triton_config(hopper, user_db, wi
     resolved = fab._TUNED.resolve(torch.float16, spec.bucket(PROBLEM), PROBLEM).config
     assert resolved == BACKWARD_SPACE.validate(GLUON_ROW)
     launches, grads, expected = gradients()
-    want = {**TRITON_ROW, **engine.TRITON} if with_triton_row else dict(BACKWARD_SPACE.default)
+    want = spec.extends[0].complete(TRITON_ROW) if with_triton_row else dict(BACKWARD_SPACE.default)
     assert launches == [("flash_attn_backward", want)]
     for got, ref in zip(grads, expected):
         torch.testing.assert_close(got.double(), ref, atol=2e-2, rtol=2e-2)
@@ -92,6 +93,6 @@ def test_a_gluon_config_launched_where_the_kernel_cannot_run_raises_naming_why()
 def test_without_gluon_rows_a_call_launches_its_buckets_row_as_before(user_db):
     plant(user_db, TRITON_ROW, autotune.get("flash_attn_backward").extends[0].source_hash)
     launches, grads, expected = gradients()
-    assert launches == [("flash_attn_backward", {**TRITON_ROW, **engine.TRITON})]
+    assert launches == [("flash_attn_backward", autotune.get("flash_attn_backward").extends[0].complete(TRITON_ROW))]
     for got, ref in zip(grads, expected):
         torch.testing.assert_close(got.double(), ref, atol=2e-2, rtol=2e-2)

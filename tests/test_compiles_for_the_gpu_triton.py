@@ -57,7 +57,8 @@ def test_the_gemms_descriptor_variants_compile_for_hopper_from_autotunes_host_de
 def test_the_variants_no_default_compiles_compile_for_hopper(compiled):
     # softmax_backward's single-pass kernel, group_norm's split, cached and onepass (channels-last too), the norm
     # backward's tiles kernel (rows read once and twice), gated_mlp's two accumulators read by the TMA unit,
-    # flash_attn's key splits merged by the program that finishes last (an acquire-release counter).
+    # flash_attn's key splits merged by the program that finishes last (an acquire-release counter), the backward's
+    # dV pass with P split.
     _, lines = compiled
     variants = [line for line in lines if line["config"] not in ("default", "tma", "tma_persistent")]
     assert {(line["kernel"], line["config"]) for line in variants} == {
@@ -70,6 +71,7 @@ def test_the_variants_no_default_compiles_compile_for_hopper(compiled):
         ("rms_norm_backward", "tiles_read_twice"),
         ("gated_mlp", "gated_tma_persistent"),
         ("flash_attn", "last_split"),
+        ("flash_attn_backward", "dv_split"),
     }
     assert {line["dtype"] for line in variants} == DTYPES
     assert_compiled(variants)

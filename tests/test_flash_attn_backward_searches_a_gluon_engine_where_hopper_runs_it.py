@@ -33,6 +33,7 @@ SEPARATE = {
     "CONSUMER_REGISTERS": 240,
     "dq": "separate",
     "ds": "rounded",
+    "dv": "rounded",
     "delta": "recomputed",
     "EARLY_DP": False,
     "PINGPONG": False,
@@ -154,16 +155,18 @@ def test_a_search_on_the_cpu_tries_the_triton_kernels_alone(tmp_path):
 def test_every_shipped_row_is_current_and_those_tuned_before_the_engine_are_served_completed():
     spec = autotune.get("flash_attn_backward")
     rows = shipped_rows("flash_attn_backward")
-    earlier = [r for r in rows if r.source_hash == spec.extends[0].source_hash]
-    assert spec.extends[0].source_hash == "ccd6b823f74511d7", "the hash every shipped row was tuned under"
-    assert len(rows) >= 80 and {r.source_hash for r in rows} <= {spec.extends[0].source_hash, spec.source_hash}
+    before_engine, before_dv = spec.extends[0].source_hash, spec.extends[1].source_hash
+    earlier = [r for r in rows if r.source_hash == before_engine]
+    assert before_engine == "ccd6b823f74511d7", "the hash the rows tuned before the Gluon engine were tuned under"
+    assert before_dv == "2af00fe82ba116dd", "the hash of the rows tuned with the engine, before the dV pass"
+    assert len(rows) >= 80 and {r.source_hash for r in rows} <= {before_engine, before_dv, spec.source_hash}
     assert earlier and all(spec.row_is_current(r) for r in rows)
     # A bucket searched with the engine serves its own row; its earlier row stays, the Triton fallback.
-    searched = {(r.gpu, r.dtype, r.bucket) for r in rows if r.source_hash == spec.source_hash}
+    searched = {(r.gpu, r.dtype, r.bucket) for r in rows if r.source_hash != before_engine}
     assert len(spec.current_rows(rows)) == len(rows) - sum((r.gpu, r.dtype, r.bucket) in searched for r in earlier)
     for r in earlier:
         assert "engine" not in r.config
-        assert spec.space.validate(spec.current_config(r)) == {**r.config, **engine.TRITON}
+        assert spec.space.validate(spec.current_config(r)) == {**r.config, **engine.TRITON, "dv": "rounded"}
     for r in rows:
-        if r.source_hash == spec.source_hash:  # searched with the engine: every parameter stored
-            assert spec.space.validate(r.config) == r.config
+        if r.source_hash != before_engine:  # searched with the engine: every parameter it had stored; dv, rounded
+            assert spec.space.validate(spec.current_config(r)) == {"dv": "rounded", **r.config}

@@ -24,6 +24,7 @@ GLUON = {
     "CONSUMER_REGISTERS": 240,
     "dq": "separate",
     "ds": "rounded",
+    "dv": "rounded",
     "delta": "recomputed",
     "EARLY_DP": False,
     "PINGPONG": False,

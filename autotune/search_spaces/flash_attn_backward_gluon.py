@@ -231,6 +231,7 @@ def starts(p: Problem) -> list[Config]:
             **GLUON_FIXED,
             "engine": "gluon",
             "delta": "recomputed",
+            "dv": "rounded",
             "EARLY_DP": False,
             "PINGPONG": False,
             **dict(zip(keys, s)),

@@ -16,6 +16,9 @@ scaled by 0.01: dQ error 0.176 against a budget of 0.112 on the H100, whose sdpa
 row sum to 0, their rounding errors do not, and dQ is what is left of that cancellation. "split" adds the
 rounding remainder as a second half operand (one more MMA for dQ and one for dK): error 0.0027 there.
 
+P rounded for dV = P^T dO errs where dV's terms cancel (fp16, flash_attn.DV_SPLIT_NEEDED): dv="split" recomputes dV
+after either engine's kernels by a pass of its own, P split as dS is (_attn_bwd_dv_split_kernel).
+
 Configs with engine="gluon" run the Gluon backward for Hopper instead (hopper_backward.py; its parameters:
 search_spaces/flash_attn_backward_gluon.py), from the same o, natural-log lse (float32 for half inputs) and dO.
 """
@@ -188,6 +191,71 @@ def _attn_bwd_dkdv_kernel(
 
 
 @triton.jit
+def _dv_split_step(dv, k, q_base, do_base, lse_base, start, offs_m, keys, offs_d, stride_qm, stride_dom, nq, nk, mult,
+                   HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, MASKED: tl.constexpr, CAUSAL: tl.constexpr):
+    """dV of the held keys plus one block of queries' P^T dO, P split into two half operands (P rounded to dO's
+    dtype, then the rounding's remainder rounded), in the transposed orientation as _dkdv_step."""
+    q = load_rows(q_base, start, offs_m, stride_qm, nq, offs_d, HEAD_DIM, BLOCK_D, True, False)
+    do = load_rows(do_base, start, offs_m, stride_dom, nq, offs_d, HEAD_DIM, BLOCK_D, True, False)
+    rows = start + offs_m
+    p_t = exp_(mma(k, tl.trans(q), None) * mult - _row_lse(lse_base, rows, rows < nq, False)[None, :], False)
+    if MASKED:
+        ok = keys[:, None] < nk
+        if CAUSAL:
+            ok = ok & (keys[:, None] <= rows[None, :])
+        p_t = tl.where(ok, p_t, 0.0)
+    p_hi = round_to(p_t, do.dtype)
+    dv = mma(p_hi, do, dv)
+    return mma(round_to(p_t - p_hi.to(tl.float32), do.dtype), do, dv)
+
+
+@triton.jit
+def _attn_bwd_dv_split_kernel(
+    q_ptr, k_ptr, do_ptr, lse_ptr, dv_ptr,
+    stride_qb, stride_qh, stride_qm, stride_kb, stride_kh, stride_kn, stride_dob, stride_doh, stride_dom,
+    stride_dvb, stride_dvh, stride_dvn, n_heads, n_kv_heads, group, nq, nk, mult,
+    HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+    CAUSAL: tl.constexpr,
+):
+    """Program (n, p): dV of keys n*BLOCK_N.. of key/value head p, summed over its group's query heads, with P
+    split (half inputs): the pass dv="split" runs after either engine's, overwriting their dV."""
+    pid_bh = tl.program_id(1)
+    b = (pid_bh // n_kv_heads).to(tl.int64)
+    kv_head = (pid_bh % n_kv_heads).to(tl.int64)
+    start_n = tl.program_id(0) * BLOCK_N
+    offs_n = tl.arange(0, BLOCK_N)
+    offs_m = tl.arange(0, BLOCK_M)
+    offs_d = tl.arange(0, BLOCK_D)
+    keys = start_n + offs_n
+    k = load_rows(k_ptr + b * stride_kb + kv_head * stride_kh, start_n, offs_n, stride_kn, nk, offs_d,
+                  HEAD_DIM, BLOCK_D, True, False)
+    # Query blocks as _attn_bwd_dkdv_kernel walks them: none before q_lo (causal), masked to diag_end. Its lines are
+    # repeated here, not shared: that kernel's source is what its rows were tuned and verified with (its hash).
+    q_lo = 0
+    diag_end = 0
+    if CAUSAL:
+        q_lo = start_n // BLOCK_M * BLOCK_M
+        diag_end = q_lo + tl.cdiv(tl.maximum(start_n + BLOCK_N - 1 - q_lo, 0), BLOCK_M) * BLOCK_M
+    diag_end = tl.where(start_n + BLOCK_N > nk, nq, diag_end)
+    masked_end = tl.minimum(diag_end, nq)
+    dv = tl.zeros([BLOCK_N, BLOCK_D], tl.float32)
+    for g in range(0, group):
+        head = (kv_head * group + g).to(tl.int64)
+        q_base = q_ptr + b * stride_qb + head * stride_qh
+        do_base = do_ptr + b * stride_dob + head * stride_doh
+        lse_base = lse_ptr + (b * n_heads + head) * nq
+        for start in range(q_lo, masked_end, BLOCK_M):
+            dv = _dv_split_step(dv, k, q_base, do_base, lse_base, start, offs_m, keys, offs_d, stride_qm, stride_dom,
+                                nq, nk, mult, HEAD_DIM, BLOCK_D, True, CAUSAL)
+        for start in range(diag_end, nq, BLOCK_M):
+            dv = _dv_split_step(dv, k, q_base, do_base, lse_base, start, offs_m, keys, offs_d, stride_qm, stride_dom,
+                                nq, nk, mult, HEAD_DIM, BLOCK_D, False, CAUSAL)
+    rows = (b * stride_dvb + kv_head * stride_dvh + keys.to(tl.int64) * stride_dvn)[:, None] + offs_d[None, :]
+    mask = (keys[:, None] < nk) & (offs_d[None, :] < HEAD_DIM)
+    tl.store(dv_ptr + rows, round_to(dv, dv_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
 def _query_step(acc, p_sum, q, do, lse, delta, k_base, v_base, start, rows, offs_n, offs_d, stride_kn, stride_vn, nk,
                 mult, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, MASKED: tl.constexpr, CAUSAL: tl.constexpr,
                 UPCAST: tl.constexpr, DELTA: tl.constexpr, SPLIT_DS: tl.constexpr):
@@ -276,9 +344,36 @@ def launch(do, q, k, v, o, lse, dq, dk, dv, causal: bool, scale: float, config: 
     """Gradients of attention of q (B, Hq, Nq, D) over k, v (B, Hk, Nk, D) into dq, dk, dv (dk and dv of
     one layout), from the output o and its log-sum-exp (B, Hq, Nq, contiguous, of compute_dtype), with one
     config. Unit stride along D is required. `checked`: the caller has asked `gluon_refuses` of this call already.
-    table: a public call's runtime table, whose kept launches (either engine's) bind once (`launch.kept`)."""
+    table: a public call's runtime table, whose kept launches (either engine's) bind once (`launch.kept`).
+    dv="split" recomputes dV by a pass of its own after the engine's kernels (`_split_dv`)."""
     if config.get("engine") == "gluon":
-        return _launch_gluon(do, q, k, v, o, lse, dq, dk, dv, causal, scale, config, checked, table)
+        _launch_gluon(do, q, k, v, o, lse, dq, dk, dv, causal, scale, config, checked, table)
+    else:
+        _launch_triton(do, q, k, v, o, lse, dq, dk, dv, causal, scale, config, table)
+    if config.get("dv") == "split" and not upcast(q.dtype):
+        _split_dv(do, q, k, lse, dv, causal, scale, table)
+
+
+DV_BLOCK_M = 64
+"""Queries a step of the dv="split" pass (not tuned: a pass only the accuracy some problems need asks for)."""
+
+
+def _split_dv(do, q, k, lse, dv, causal: bool, scale: float, table=None) -> None:
+    """dv again, P split into two half operands (`_attn_bwd_dv_split_kernel`), where the engines' kernels ran:
+    more than one key, and not a causal single query (whose dv launch() sets exactly)."""
+    batch, heads, nq, d = q.shape
+    kv_heads, nk = k.shape[1], k.shape[2]
+    if batch * heads * nq == 0 or nk <= 1 or (causal and nq == 1):
+        return
+    block_n = 64 if block_d(d) <= 128 else 32  # the accumulator of 64 keys by 256 dims would spill
+    launch_.kept(table, _attn_bwd_dv_split_kernel, (cdiv(nk, block_n), batch * kv_heads))(
+        q, k, do, lse, dv, *q.stride()[:3], *k.stride()[:3], *do.stride()[:3], *dv.stride()[:3],
+        heads, kv_heads, heads // kv_heads, nq, nk, score_multiplier(scale, q.dtype)[0],
+        HEAD_DIM=d, BLOCK_D=block_d(d), BLOCK_M=DV_BLOCK_M, BLOCK_N=block_n, CAUSAL=causal, num_warps=4, num_stages=2,
+    )
+
+
+def _launch_triton(do, q, k, v, o, lse, dq, dk, dv, causal: bool, scale: float, config: dict, table) -> None:
     batch, heads, nq, d = q.shape
     kv_heads, nk = k.shape[1], k.shape[2]
     if batch * heads * nq == 0 or nk == 0:  # no query sees a key: every gradient is 0
@@ -410,6 +505,8 @@ GLUON_SOURCES = (gluon_._rows_kernel, gluon_.ROWS_PAD, gluon_.ROWS_BLOCK, gluon_
                  gluon_forward._give_turn)
 """The Gluon backward's sources (the dQ pass streams K and V with the Gluon forward's loader; PINGPONG takes turns
 with its _take_turn and _give_turn)."""
+DV_SOURCES = (_dv_split_step, _attn_bwd_dv_split_kernel, DV_BLOCK_M)
+"""The dv="split" pass's sources."""
 
 SPEC = KernelSpec(
     name="flash_attn_backward",
@@ -424,9 +521,15 @@ SPEC = KernelSpec(
     presets=problems_.PRESETS,
     interpreter_presets=problems_.INTERPRETER_PRESETS,
     parse_shape=problems_.parse_shape,
-    sources=(*TRITON_SOURCES, *GLUON_SOURCES),
-    # The rows tuned before the Gluon engine: the Triton kernels alone, configs without the engine's parameters.
-    extends=(EarlierSpace.before(BACKWARD_SPACE, TRITON_SOURCES, new=engines.TRITON, dq=("separate", "atomic")),),
+    sources=(*TRITON_SOURCES, *GLUON_SOURCES, *DV_SOURCES),
+    # The rows tuned before the Gluon engine (the Triton kernels alone, configs without the engine's parameters), and
+    # those tuned before the dV pass (configs without dv: their engine's own dV, P rounded).
+    extends=(
+        EarlierSpace.before(
+            BACKWARD_SPACE, TRITON_SOURCES, new={**engines.TRITON, "dv": "rounded"}, dq=("separate", "atomic")
+        ),
+        EarlierSpace.before(BACKWARD_SPACE, (*TRITON_SOURCES, *GLUON_SOURCES), new={"dv": "rounded"}),
+    ),
     bound="compute",
     dtype_in_problem=True,  # float32 tiles take twice the room (see the space)
     description="flash_attn backward: dq, dk, dv from the saved log-sum-exp (torch baseline: sdpa forward + backward)",
