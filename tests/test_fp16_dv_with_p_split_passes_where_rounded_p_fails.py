@@ -8,8 +8,11 @@ import pytest
 import torch
 
 import autotune
-from autotune.gate.verify import check_problem
+from autotune.gate.verify import check_problem, verify
+from autotune.kernels.attention import problems as problems_
+from autotune.search_spaces import flash_attn_backward_gluon as engine
 from autotune.search_spaces.flash_attn import BACKWARD_SPACE
+from autotune.spec import DTYPE_NAMES
 
 CANCELLING = {
     "batch": 3,
@@ -50,3 +53,24 @@ def test_the_search_draws_dv_for_half_inputs_only(dtype, drawn):
     problem = {**CANCELLING, "dtype": dtype}
     seen = {BACKWARD_SPACE.suggest(study.ask(), problem)["dv"] for _ in range(40)}
     assert seen == drawn
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
+def test_dv_split_verifies_on_the_gpu_after_either_engine(dtype):
+    # A Triton config and, where the Gluon engine runs, its first start, each with dv="split": the cancelling
+    # problem first, then drawn ones and the edges of a long causal preset.
+    spec = autotune.get("flash_attn_backward")
+    name = DTYPE_NAMES[dtype]
+    prefill = {**problems_.problem(1, 16, 4096, 128, causal=True), "dtype": name}
+    configs = [{**BACKWARD_SPACE.default, "BLOCK_M": 64, "BLOCK_N": 64, "num_warps": 4, "num_stages": 2}]
+    configs += engine.starts(prefill)[:1]
+    for config in configs:
+        config = BACKWARD_SPACE.validate({**config, "dv": "split"})
+        if BACKWARD_SPACE.rejects(config, prefill) is not None:
+            continue
+        cancelling = [({**CANCELLING, "dtype": name}, SEED)]  # on the inputs it failed with, where it applies
+        result = verify(
+            spec, config, dtype, examples=10, extra_problems=spec.edges_for(prefill), known_failures=cancelling
+        )
+        assert result.passed, (config, result.failure and result.failure.describe())
