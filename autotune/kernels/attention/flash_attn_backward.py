@@ -505,8 +505,8 @@ GLUON_SOURCES = (gluon_._rows_kernel, gluon_.ROWS_PAD, gluon_.ROWS_BLOCK, gluon_
                  gluon_forward._give_turn)
 """The Gluon backward's sources (the dQ pass streams K and V with the Gluon forward's loader; PINGPONG takes turns
 with its _take_turn and _give_turn)."""
-DV_SOURCES = (_dv_split_step, _attn_bwd_dv_split_kernel, DV_BLOCK_M)
-"""The dv="split" pass's sources."""
+DV_SOURCES = (_dv_split_step, _attn_bwd_dv_split_kernel, _split_dv, DV_BLOCK_M)
+"""The dv="split" pass's sources (its launch too: its tiles are set there, not searched)."""
 
 SPEC = KernelSpec(
     name="flash_attn_backward",
