@@ -62,3 +62,24 @@ def test_a_plain_product_passes_one_output_descriptor_and_a_gated_one_three(monk
     hopper_gemm.launch_gated(a, w, w, h, None, "silu", dict(cfg.DEFAULT_GATED_CONFIG))
     h_desc, g_desc, u_desc = kernel.calls[-1][3:6]
     assert h_desc is g_desc is u_desc and h_desc.base is h
+
+
+def test_the_attention_backwards_kernels_share_one_descriptor_per_tensor_and_tile(monkeypatch):
+    # Its per-row pass, delta recomputed by the dQ kernel, dK/dV, then dQ: q, k, v and dO described once a call.
+    from autotune.kernels.attention import hopper_backward_dq
+
+    rows, dq_kernel, dkdv = _Recorder(), _Recorder(), _Recorder()
+    monkeypatch.setattr(hopper_backward, "_rows_kernel", rows)
+    monkeypatch.setattr(hopper_backward_dq, "_attn_bwd_dq_kernel", dq_kernel)
+    monkeypatch.setattr(hopper_backward, "_attn_bwd_dkdv_kernel", dkdv)
+    q, k, v, o, do = (torch.empty(1, 2, 128, 64, dtype=torch.bfloat16) for _ in range(5))
+    dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+    config = {**hopper_backward.DEFAULT_CONFIG, "DQ": "separate", "DELTA": "recomputed"}
+    assert config["BLOCK_M"] == config["BLOCK_N"]  # the dK/dV and dQ kernels' tiles of q, k, v, dO are one height
+    hopper_backward.launch(do, q, k, v, o, torch.empty(1, 2, 128), dq, dk, dv, True, 0.125, config)
+    (delta_pass, dq_pass), (dkdv_pass,) = dq_kernel.calls, dkdv.calls
+    for pass_ in (delta_pass, dq_pass):  # the dQ kernel takes q, dO, dq, k, v
+        assert [pass_[i] for i in (0, 1, 3, 4)] == [dkdv_pass[i] for i in (0, 3, 1, 2)]
+        assert all(pass_[i] is dkdv_pass[j] for i, j in ((0, 0), (1, 3), (3, 1), (4, 2)))
+    descriptors = {id(a) for call in (delta_pass, dkdv_pass, dq_pass) for a in call if hasattr(a, "block_shape")}
+    assert len(descriptors) == 8  # q, k, v, dO, dK, dV, dQ's float32 accumulator, dQ

@@ -142,9 +142,18 @@ def launch(do, q, k, v, o, lse, dq, dk, dv, causal: bool, scale: float, config: 
     # Added into from many programs, from zero; its rows padded as lse2's and delta's (unused where not atomic).
     make = torch.zeros if atomic else torch.empty
     dq_acc = make((batch, heads, nq_pad if atomic else block_m, d), dtype=torch.float32, device=q.device)
+    made: dict[tuple[int, int], TensorDescriptor] = {}
+
+    def descriptor(t: torch.Tensor, rows: int) -> TensorDescriptor:
+        """One TMA descriptor per tensor and tile height this call: its kernels read q, k, v and dO alike."""
+        key = (id(t), rows)  # the tensors live through the call
+        if key not in made:
+            made[key] = _descriptor(t, rows)
+        return made[key]
+
     if config["DELTA"] == "recomputed":  # before the kernels that read it
         kernels["delta"] = launch_dq(do, q, k, v, lse2, delta, nq_pad, dq, causal, scale, config, maxnreg,
-                                     recompute_delta=True, table=table)
+                                     recompute_delta=True, table=table, descriptor=descriptor)
     meta = dict(
         HEAD_DIM=d, BLOCK_M=block_m, BLOCK_N=block_n, NUM_STAGES=config["NUM_STAGES"], NUM_CONSUMERS=consumers,
         CAUSAL=causal, ATOMIC_DQ=atomic, COMBINE_DQ=config["DQ"] == "combined", SPLIT_DS=config["SPLIT_DS"],
@@ -153,14 +162,15 @@ def launch(do, q, k, v, o, lse, dq, dk, dv, causal: bool, scale: float, config: 
     )
     grid = (cdiv(nk, block_n * consumers), batch * kv_heads)
     kernels["dkdv"] = launch_.kept(table, _attn_bwd_dkdv_kernel, grid, role=tuple(meta.items()))(
-        _descriptor(q, block_m), _descriptor(k, block_n), _descriptor(v, block_n), _descriptor(do, block_m),
-        _descriptor(dk, block_n), _descriptor(dv, block_n), lse2, delta, _float32_descriptor(dq_acc, block_m),
+        descriptor(q, block_m), descriptor(k, block_n), descriptor(v, block_n), descriptor(do, block_m),
+        descriptor(dk, block_n), descriptor(dv, block_n), lse2, delta, _float32_descriptor(dq_acc, block_m),
         heads, kv_heads, heads // kv_heads, nq, nk, nq_pad, scale * LOG2E, scale, **meta,
     )
     if atomic:
         torch.mul(dq_acc[:, :, :nq], scale, out=dq)  # the kernel adds dQ unscaled; one pass scales and casts
     else:
-        kernels["dq"] = launch_dq(do, q, k, v, lse2, delta, nq_pad, dq, causal, scale, config, maxnreg, table=table)
+        kernels["dq"] = launch_dq(do, q, k, v, lse2, delta, nq_pad, dq, causal, scale, config, maxnreg, table=table,
+                                  descriptor=descriptor)
     return kernels
 
 

@@ -178,11 +178,12 @@ def _attn_bwd_dq_kernel(q_desc, do_desc, dq_desc, k_desc, v_desc, lse_ptr, delta
 
 def launch_dq(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, lse2: torch.Tensor,
               delta: torch.Tensor, nq_pad: int, dq: torch.Tensor, causal: bool, scale: float, config: dict, maxnreg: int,
-              *, recompute_delta: bool = False, table=None):
+              *, recompute_delta: bool = False, table=None, descriptor=_descriptor):
     """dQ of attention into dq (q's dtype and shape, TMA-addressable) from lse * log2(e) and delta, (B * Hq, nq_pad)
     float32 (rows padded with zeros to a multiple of 128), with the backward's config (its BLOCK_N queries a
     consumer, BLOCK_M keys a step); with recompute_delta, delta's rows below Nq instead, from the kernel's own P and
-    dP (dq untouched). The compiled kernel (None where the kept launch of a public call's `table` ran it). Nq, Nk > 0."""
+    dP (dq untouched). The compiled kernel (None where the kept launch of a public call's `table` ran it). Nq, Nk > 0.
+    `descriptor(t, rows)` makes the TMA descriptors (the backward's passes one per tensor and tile height a call)."""
     batch, heads, nq, d = q.shape
     rows, keys = config["BLOCK_N"], config["BLOCK_M"]
     consumers = config["NUM_CONSUMERS"]
@@ -193,7 +194,7 @@ def launch_dq(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tenso
         num_warps=4, maxnreg=maxnreg,
     )
     return launch_.kept(table, _attn_bwd_dq_kernel, grid, role=tuple(meta.items()))(
-        _descriptor(q, rows), _descriptor(do, rows), _descriptor(dq, rows), _descriptor(k, keys),
-        _descriptor(v, keys), lse2, delta, heads, heads // k.shape[1], nq, k.shape[2], nq_pad, scale * LOG2E, scale,
+        descriptor(q, rows), descriptor(do, rows), descriptor(dq, rows), descriptor(k, keys),
+        descriptor(v, keys), lse2, delta, heads, heads // k.shape[1], nq, k.shape[2], nq_pad, scale * LOG2E, scale,
         **meta,
     )
